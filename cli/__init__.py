@@ -1,0 +1,1 @@
+"""The `sitsprof` command: wiring only; the logic lives in the other packages."""

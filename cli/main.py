@@ -1,0 +1,78 @@
+"""Root of the `sitsprof` command: global flags, error handling, sub-command registry.
+
+Errors meant for the user are exceptions that carry an integer `exit_code` attribute
+(each package defines its own in its `errors` module); they print as one line.
+Anything else is a bug: one line too, with a hint to rerun with --debug for the traceback.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+# Each module listed here exposes COMMANDS, a list of click commands or groups.
+COMMAND_MODULES: list[str] = [
+]
+
+
+def _version() -> str:
+    try:
+        return version("sitsprof")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "0+unknown"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "--version", prog_name="sitsprof")
+@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Profile NVIDIA Hopper memory behaviour and replay KV-cache traces through the SITS policies."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+for _name in COMMAND_MODULES:
+    for _command in importlib.import_module(_name).COMMANDS:
+        cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the command, map errors to one line and an exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="sitsprof", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("sitsprof: aborted", err=True)
+        return 130
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except KeyboardInterrupt:
+        click.echo("sitsprof: interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the one place that turns errors into lines
+        if debug:
+            raise
+        code = getattr(exc, "exit_code", None)
+        if isinstance(code, int) and not isinstance(code, bool):
+            click.echo(f"sitsprof: error: {exc}", err=True)
+            return code
+        click.echo(
+            f"sitsprof: internal error: {type(exc).__name__}: {exc} "
+            "(rerun with --debug for the traceback, and please report it)",
+            err=True,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

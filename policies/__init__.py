@@ -1,0 +1,1 @@
+"""The SITS policy engine: KV-cache block traces, replacement policies, miss-ratio curves."""

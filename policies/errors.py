@@ -1,0 +1,26 @@
+"""Errors the policy engine reports to users (one line, exit status 2 from the CLI)."""
+from __future__ import annotations
+
+
+class PolicyEngineError(ValueError):
+    """Base for user-facing policy-engine errors; `exit_code` tells the CLI how to exit."""
+
+    exit_code = 2
+
+
+class TraceFormatError(PolicyEngineError):
+    """A trace file that cannot be read: names the file, the line (or record) and the problem."""
+
+    def __init__(self, path, problem: str, line: int | None = None, fix: str | None = None):
+        self.path = str(path)
+        self.line = line
+        self.problem = problem
+        where = f"{self.path}:{line}" if line is not None else self.path
+        message = f"{where}: {problem}"
+        if fix:
+            message += f" ({fix})"
+        super().__init__(message)
+
+
+class CapacityError(PolicyEngineError):
+    """An impossible cache capacity (zero, negative, or not a number)."""

@@ -1,0 +1,61 @@
+"""The one columnar trace every reader produces and every policy consumes.
+
+A trace is a sequence of KV-cache block references in arrival order. Block ids are dense
+integers 0..n_blocks-1 (factorised from the original ids) so policies can index flat arrays
+instead of hashing objects. Requests are contiguous runs of references, in order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_BLOCK_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Columnar block-reference trace; every per-reference array has the same length.
+
+    time         float64  seconds since the trace's start
+    request      int64    request index (non-decreasing; references of one request are contiguous)
+    block        int32    dense block id, 0..n_blocks-1, in order of first appearance
+    original_id  int64    the id as the trace file gave it
+    position     int32    position of the block within its request (0 = first block)
+    tokens       int32    tokens this reference carries (a request's last block may be partial)
+    tenant       int32    tenant / model-stack code into `tenant_names`, -1 where unknown
+    """
+
+    time: np.ndarray
+    request: np.ndarray
+    block: np.ndarray
+    original_id: np.ndarray
+    position: np.ndarray
+    tokens: np.ndarray
+    tenant: np.ndarray
+    tenant_names: tuple[str, ...] = ()
+    # Per-request output length in tokens (-1 where the trace does not say), for the cost model.
+    request_output_tokens: np.ndarray | None = None
+    source: str = ""
+    block_tokens: int = DEFAULT_BLOCK_TOKENS
+    n_blocks: int = field(default=-1)
+
+    def __post_init__(self) -> None:
+        n = len(self.block)
+        for name in ("time", "request", "original_id", "position", "tokens", "tenant"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"Trace.{name} has {len(getattr(self, name))} entries, block has {n}")
+        if self.n_blocks < 0:
+            object.__setattr__(self, "n_blocks", int(self.block.max()) + 1 if n else 0)
+
+    def __len__(self) -> int:
+        return len(self.block)
+
+    @property
+    def n_requests(self) -> int:
+        return int(self.request[-1]) + 1 if len(self.request) else 0
+
+    @property
+    def request_offsets(self) -> np.ndarray:
+        """CSR offsets: references of request r are [offsets[r], offsets[r+1])."""
+        return np.searchsorted(self.request, np.arange(self.n_requests + 1), side="left").astype(np.int64)
