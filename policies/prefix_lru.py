@@ -1,0 +1,67 @@
+"""vLLM-style prefix-cache LRU over a free-block queue.
+
+Modelled on vLLM's block pool: every resident block is either *in use* by the request being
+admitted (pinned, never evicted) or *free* (cached, in the free queue, evictable). Requests are
+admitted one at a time in trace order:
+
+- a referenced block that is resident is a hit; if it was free it is taken off the free queue;
+- a missing block needs a slot: below capacity a new one, otherwise the block at the front of
+  the free queue is evicted; when every resident block is pinned by this request the block is
+  not cached (a miss that leaves nothing behind);
+- when the request finishes its blocks are appended to the back of the free queue in reverse
+  order (last block first), so a request's tail blocks are evicted before its head and the
+  longest shared prefix survives longest.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._structs import NIL, new_lists, pop_head, push_tail, unlink
+
+NAME = "prefix_lru"
+DESCRIPTION = "vLLM prefix cache: free queue of finished requests' blocks, tail blocks first"
+
+_ABSENT = 0
+_IN_USE = 1
+_FREE = 2
+
+
+@njit(cache=True)
+def KERNEL(block, req_offsets, n_blocks, capacity, hit):
+    # the free queue: evict from the head, release to the tail
+    prev, nxt, head, tail = new_lists(n_blocks, 1)
+    state = np.zeros(max(n_blocks, 1), dtype=np.uint8)
+    n_resident = 0
+    evictions = 0
+    max_resident = 0
+    for r in range(req_offsets.shape[0] - 1):
+        start = req_offsets[r]
+        end = req_offsets[r + 1]
+        for i in range(start, end):
+            b = block[i]
+            s = state[b]
+            if s != _ABSENT:
+                hit[i] = 1
+                if s == _FREE:
+                    unlink(prev, nxt, head, tail, 0, b)
+                    state[b] = _IN_USE
+                continue
+            hit[i] = 0
+            if n_resident >= capacity:
+                victim = pop_head(prev, nxt, head, tail, 0)
+                if victim == NIL:
+                    continue  # every resident block is pinned by this request
+                state[victim] = _ABSENT
+                n_resident -= 1
+                evictions += 1
+            state[b] = _IN_USE
+            n_resident += 1
+            if n_resident > max_resident:
+                max_resident = n_resident
+        for i in range(end - 1, start - 1, -1):
+            b = block[i]
+            if state[b] == _IN_USE:
+                push_tail(prev, nxt, head, tail, 0, b)
+                state[b] = _FREE
+    return evictions, max_resident

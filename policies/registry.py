@@ -1,0 +1,58 @@
+"""Every replacement policy the engine knows, by CLI name.
+
+Each module in `MODULES` is `sitsprof.policies.<module>` and follows the kernel contract in
+docs/CONTRACTS.md: `NAME`, `DESCRIPTION` and a numba `KERNEL(block, req_offsets, n_blocks,
+capacity, hit, *params) -> (evictions, max_resident)`. To add a policy, write the module and
+add its name to `MODULES`.
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from .errors import PolicyEngineError
+
+# Module names under sitsprof.policies, in the order tables list them.
+MODULES: tuple[str, ...] = (
+    "lru",
+    "fifo",
+    "lfu",
+    "sieve",
+    "prefix_lru",
+)
+
+
+class UnknownPolicyError(PolicyEngineError):
+    """A policy name the registry does not know."""
+
+
+def _load() -> dict[str, ModuleType]:
+    policies: dict[str, ModuleType] = {}
+    for module_name in MODULES:
+        module = importlib.import_module(f"{__package__}.{module_name}")
+        for attr in ("NAME", "DESCRIPTION", "KERNEL"):
+            if not hasattr(module, attr):
+                raise TypeError(f"policy module {module.__name__} lacks {attr} (docs/CONTRACTS.md)")
+        if module.NAME in policies:
+            raise TypeError(f"policy name {module.NAME!r} registered twice")
+        policies[module.NAME] = module
+    return policies
+
+
+POLICIES: dict[str, ModuleType] = _load()
+
+
+def policy_names() -> list[str]:
+    """CLI names of every registered policy, in table order."""
+    return list(POLICIES)
+
+
+def get_policy(name: str) -> ModuleType:
+    """The policy module registered as `name` (case-insensitive); UnknownPolicyError otherwise."""
+    key = name.strip().lower()
+    try:
+        return POLICIES[key]
+    except KeyError:
+        raise UnknownPolicyError(
+            f"unknown policy {name!r}; choose from {', '.join(POLICIES)}"
+        ) from None
