@@ -39,6 +39,10 @@ class Trace:
     source: str = ""
     block_tokens: int = DEFAULT_BLOCK_TOKENS
     n_blocks: int = field(default=-1)
+    # Input lines (or records) a reader skipped with skip_bad_lines=True, and the first few
+    # of them as "file:line: problem" strings, so callers can report what was dropped.
+    skipped_lines: int = 0
+    skipped_examples: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.block)
