@@ -1,0 +1,1 @@
+"""What the measurements mean: distributions, calibration files, HTML."""

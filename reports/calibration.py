@@ -1,0 +1,300 @@
+"""Calibration files, schema v1: the GPU figures the policy engine's cost model runs on.
+
+A calibration file is JSON. It says which device and clocks it describes, where its numbers
+came from (measured here by the probes, or published elsewhere with citations), and:
+
+- ``latency``: one entry per tier (``l1``, ``l2_near``, ``l2_far``, ``hbm``, ``tlb_miss``),
+  each ``{"unit": "cycles"|"ns", "quantiles": {"p50": .., "p90": .., "p99": ..},
+  "histogram": {"edges": [...], "counts": [...]} | null, "source": "<source id>"}``, or
+  ``null`` when nothing is known for that tier (then ``provenance.missing`` must say why).
+- ``bandwidth``: GB/s figures; ``hbm_read_gbs`` is required, others optional.
+- ``loaded_latency``: curves of latency quantiles per fraction of peak bandwidth.
+- ``compute`` (optional): dense BF16 TFLOPS and the fraction of it prefill achieves.
+
+``validate_calibration`` refuses a bad file with a ``CalibrationError`` whose message starts
+with the dotted path of the offending field (``latency.hbm.quantiles.p99: ...``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "sitsprof.calibration"
+SCHEMA_VERSION = 1
+TIERS = ("l1", "l2_near", "l2_far", "hbm", "tlb_miss")
+QUANTILE_KEYS = ("p50", "p90", "p95", "p99", "p999")
+PROVENANCE_KINDS = ("measured", "published")
+LATENCY_UNITS = ("cycles", "ns")
+BANDWIDTH_KEYS = ("hbm_read_gbs", "hbm_write_gbs", "hbm_copy_gbs", "l2_read_gbs", "host_to_device_gbs")
+DATA_DIR = Path(__file__).resolve().parent / "data"
+REFERENCE = "hopper-published"
+
+
+class CalibrationError(ValueError):
+    """A calibration file that is missing, unreadable or invalid; names the field."""
+
+    exit_code = 2
+
+    def __init__(self, field: str, problem: str, path: str | None = None):
+        self.field = field
+        self.problem = problem
+        where = f"{path}: " if path else ""
+        super().__init__(f"{where}{field}: {problem}")
+
+
+def _fail(field: str, problem: str):
+    raise CalibrationError(field, problem)
+
+
+def _obj(value: Any, field: str) -> dict:
+    if not isinstance(value, dict):
+        _fail(field, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _need(obj: dict, key: str, field: str) -> Any:
+    if key not in obj:
+        _fail(f"{field}.{key}" if field else key, "is required")
+    return obj[key]
+
+
+def _number(value: Any, field: str, minimum: float = 0.0, strict: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        _fail(field, f"must be a finite number, got {value!r}")
+    if value < minimum or (strict and value == minimum):
+        _fail(field, f"must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def _string(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        _fail(field, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _quantiles(value: Any, field: str) -> None:
+    q = _obj(value, field)
+    if "p50" not in q:
+        _fail(f"{field}.p50", "is required")
+    previous = None
+    for key in QUANTILE_KEYS:
+        if key in q:
+            v = _number(q[key], f"{field}.{key}", strict=True)
+            if previous is not None and v < previous[1]:
+                _fail(f"{field}.{key}", f"{v:g} is below {previous[0]} = {previous[1]:g}; quantiles must not decrease")
+            previous = (key, v)
+    for key in q:
+        if key not in QUANTILE_KEYS:
+            _fail(f"{field}.{key}", f"unknown quantile; use one of {', '.join(QUANTILE_KEYS)}")
+
+
+def _histogram(value: Any, field: str) -> None:
+    if value is None:
+        return
+    h = _obj(value, field)
+    edges = _need(h, "edges", field)
+    counts = _need(h, "counts", field)
+    if not isinstance(edges, list) or len(edges) < 2:
+        _fail(f"{field}.edges", "must be a list of at least 2 bin edges")
+    for i, e in enumerate(edges):
+        _number(e, f"{field}.edges[{i}]")
+        if i and e <= edges[i - 1]:
+            _fail(f"{field}.edges[{i}]", "bin edges must increase strictly")
+    if not isinstance(counts, list) or len(counts) != len(edges) - 1:
+        _fail(f"{field}.counts", f"must be a list of len(edges)-1 = {len(edges) - 1} counts")
+    for i, c in enumerate(counts):
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            _fail(f"{field}.counts[{i}]", f"must be a non-negative integer, got {c!r}")
+
+
+def _sources(provenance: dict) -> set[str]:
+    ids = set()
+    sources = provenance.get("sources", [])
+    if not isinstance(sources, list):
+        _fail("provenance.sources", "must be a list")
+    for i, s in enumerate(sources):
+        s = _obj(s, f"provenance.sources[{i}]")
+        ids.add(_string(_need(s, "id", f"provenance.sources[{i}]"), f"provenance.sources[{i}].id"))
+        _string(_need(s, "citation", f"provenance.sources[{i}]"), f"provenance.sources[{i}].citation")
+    return ids
+
+
+def _check_source(entry: dict, field: str, kind: str, ids: set[str]) -> None:
+    if kind == "published":
+        src = _string(_need(entry, "source", field), f"{field}.source")
+        if src not in ids:
+            _fail(f"{field}.source", f"{src!r} is not an id in provenance.sources")
+
+
+def validate_calibration(obj: Any) -> dict:
+    """Check a calibration object against schema v1; return it, or raise naming the field."""
+    obj = _obj(obj, "(top level)")
+    if obj.get("schema") != SCHEMA:
+        _fail("schema", f"must be {SCHEMA!r}, got {obj.get('schema')!r}")
+    if obj.get("schema_version") != SCHEMA_VERSION:
+        _fail("schema_version", f"must be {SCHEMA_VERSION}, got {obj.get('schema_version')!r}")
+    _string(_need(obj, "name", ""), "name")
+
+    device = _obj(_need(obj, "device", ""), "device")
+    _string(_need(device, "name", "device"), "device.name")
+    for key in ("sm_count", "l2_bytes", "memory_bytes"):
+        if key in device:
+            _number(device[key], f"device.{key}", strict=True)
+
+    clocks = _obj(_need(obj, "clocks", ""), "clocks")
+    _number(_need(clocks, "sm_mhz", "clocks"), "clocks.sm_mhz", strict=True)
+    if "memory_mhz" in clocks:
+        _number(clocks["memory_mhz"], "clocks.memory_mhz", strict=True)
+    if not isinstance(_need(clocks, "locked", "clocks"), bool):
+        _fail("clocks.locked", "must be true or false")
+
+    provenance = _obj(_need(obj, "provenance", ""), "provenance")
+    kind = _need(provenance, "kind", "provenance")
+    if kind not in PROVENANCE_KINDS:
+        _fail("provenance.kind", f"must be one of {', '.join(PROVENANCE_KINDS)}, got {kind!r}")
+    _string(_need(provenance, "created_at", "provenance"), "provenance.created_at")
+    ids = _sources(provenance)
+    if kind == "published" and not ids:
+        _fail("provenance.sources", "a published calibration must cite at least one source")
+    if kind == "measured":
+        _string(_need(provenance, "run", "provenance"), "provenance.run")
+    missing = provenance.get("missing", {})
+    if not isinstance(missing, dict):
+        _fail("provenance.missing", "must be an object: tier -> why it is absent")
+
+    latency = _obj(_need(obj, "latency", ""), "latency")
+    for tier in TIERS:
+        field = f"latency.{tier}"
+        if tier not in latency:
+            _fail(field, "is required (null, with provenance.missing saying why, when unknown)")
+        entry = latency[tier]
+        if entry is None:
+            if tier == "hbm":
+                _fail(field, "cannot be null: the cost model needs the HBM latency")
+            if not isinstance(missing.get(tier), str):
+                _fail(f"provenance.missing.{tier}", f"must say why {field} is null")
+            continue
+        entry = _obj(entry, field)
+        unit = _need(entry, "unit", field)
+        if unit not in LATENCY_UNITS:
+            _fail(f"{field}.unit", f"must be one of {', '.join(LATENCY_UNITS)}, got {unit!r}")
+        _quantiles(_need(entry, "quantiles", field), f"{field}.quantiles")
+        if kind == "measured" and entry.get("histogram") is None:
+            _fail(f"{field}.histogram", "a measured calibration must carry the histogram")
+        _histogram(entry.get("histogram"), f"{field}.histogram")
+        _check_source(entry, field, kind, ids)
+    for tier in latency:
+        if tier not in TIERS:
+            _fail(f"latency.{tier}", f"unknown tier; use {', '.join(TIERS)}")
+
+    bandwidth = _obj(_need(obj, "bandwidth", ""), "bandwidth")
+    _number(_need(bandwidth, "hbm_read_gbs", "bandwidth"), "bandwidth.hbm_read_gbs", strict=True)
+    for key, value in bandwidth.items():
+        if key == "source":
+            _check_source(bandwidth, "bandwidth", kind, ids)
+        elif key == "note":
+            continue
+        elif key not in BANDWIDTH_KEYS:
+            _fail(f"bandwidth.{key}", f"unknown figure; use {', '.join(BANDWIDTH_KEYS)}")
+        else:
+            _number(value, f"bandwidth.{key}", strict=True)
+
+    curves = _need(obj, "loaded_latency", "")
+    if not isinstance(curves, list):
+        _fail("loaded_latency", "must be a list of curves (empty when none are known)")
+    for i, curve in enumerate(curves):
+        field = f"loaded_latency[{i}]"
+        curve = _obj(curve, field)
+        if _need(curve, "tier", field) not in TIERS:
+            _fail(f"{field}.tier", f"must be one of {', '.join(TIERS)}")
+        if _need(curve, "unit", field) not in LATENCY_UNITS:
+            _fail(f"{field}.unit", f"must be one of {', '.join(LATENCY_UNITS)}")
+        points = _need(curve, "points", field)
+        if not isinstance(points, list) or not points:
+            _fail(f"{field}.points", "must be a non-empty list")
+        last = -1.0
+        for j, point in enumerate(points):
+            pf = f"{field}.points[{j}]"
+            point = _obj(point, pf)
+            frac = _number(_need(point, "bandwidth_fraction", pf), f"{pf}.bandwidth_fraction")
+            if frac > 1.5:
+                _fail(f"{pf}.bandwidth_fraction", f"{frac:g} is not a fraction of peak (0..1.5)")
+            if frac <= last:
+                _fail(f"{pf}.bandwidth_fraction", "fractions must increase along the curve")
+            last = frac
+            _quantiles(_need(point, "quantiles", pf), f"{pf}.quantiles")
+
+    if "compute" in obj:
+        compute = _obj(obj["compute"], "compute")
+        _number(_need(compute, "bf16_dense_tflops", "compute"), "compute.bf16_dense_tflops", strict=True)
+        frac = _number(_need(compute, "achieved_fraction", "compute"), "compute.achieved_fraction", strict=True)
+        if frac > 1:
+            _fail("compute.achieved_fraction", f"must be at most 1, got {frac:g}")
+        _check_source(compute, "compute", kind, ids)
+    return obj
+
+
+def reference_path(name: str = REFERENCE) -> Path:
+    """Path of a calibration shipped with sitsprof (``hopper-published``)."""
+    return DATA_DIR / f"{name}.json"
+
+
+def load_calibration(path: str | os.PathLike | None = None) -> dict:
+    """Read and validate a calibration file; ``None`` or a shipped name loads the reference."""
+    if path is None or (isinstance(path, str) and reference_path(path).exists() and not Path(path).exists()):
+        path = reference_path(path or REFERENCE)
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CalibrationError("(file)", f"cannot read: {exc.strerror or exc}", str(path)) from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CalibrationError("(file)", f"not JSON: {exc.msg} at line {exc.lineno}", str(path)) from None
+    try:
+        return validate_calibration(obj)
+    except CalibrationError as exc:
+        raise CalibrationError(exc.field, exc.problem, str(path)) from None
+
+
+def write_calibration(obj: dict, path: str | os.PathLike) -> Path:
+    """Validate, then write atomically (temporary file, fsync, rename)."""
+    validate_calibration(obj)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=2)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def latency_ns(calibration: dict, tier: str, quantile: str = "p50") -> float:
+    """A tier's latency quantile in nanoseconds (cycles are converted with clocks.sm_mhz).
+
+    Falls back to the highest quantile present below the one asked for (a published file
+    may only give a median).
+    """
+    entry = calibration["latency"].get(tier)
+    if entry is None:
+        raise CalibrationError(f"latency.{tier}", "is null in this calibration")
+    q = entry["quantiles"]
+    if quantile not in q:
+        order = QUANTILE_KEYS[: QUANTILE_KEYS.index(quantile) + 1]
+        quantile = [k for k in order if k in q][-1]
+    value = float(q[quantile])
+    if entry["unit"] == "cycles":
+        value = value * 1e3 / float(calibration["clocks"]["sm_mhz"])
+    return value

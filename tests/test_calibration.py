@@ -1,0 +1,146 @@
+"""Calibration schema v1: the reference file loads, and each kind of bad file is refused
+with a message that names the offending field."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from sitsprof.reports.calibration import (
+    CalibrationError,
+    latency_ns,
+    load_calibration,
+    reference_path,
+    validate_calibration,
+    write_calibration,
+)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return load_calibration()
+
+
+def test_reference_is_published_not_measured(reference):
+    assert reference["name"] == "hopper-published"
+    assert reference["provenance"]["kind"] == "published"
+    assert reference["measured"] is False
+    assert "NOT MEASURED HERE" in reference["label"]
+    ids = {s["id"] for s in reference["provenance"]["sources"]}
+    for tier, entry in reference["latency"].items():
+        if entry is not None:
+            assert entry["source"] in ids, tier
+
+
+def test_cycles_convert_to_ns_with_sm_clock(reference):
+    # 650 cycles at 1980 MHz
+    assert latency_ns(reference, "hbm") == pytest.approx(650 / 1.98)
+    # only p50 is published: asking for p99 falls back to it, never invents a tail
+    assert latency_ns(reference, "hbm", "p99") == latency_ns(reference, "hbm", "p50")
+    with pytest.raises(CalibrationError, match="latency.tlb_miss"):
+        latency_ns(reference, "tlb_miss")
+
+
+def _measured(reference):
+    obj = copy.deepcopy(reference)
+    obj["provenance"] = {"kind": "measured", "created_at": "2026-11-29T00:00:00Z", "run": "runs/x", "sources": []}
+    for tier in ("l1", "l2_near", "l2_far", "hbm", "tlb_miss"):
+        obj["latency"][tier] = {
+            "unit": "ns",
+            "quantiles": {"p50": 100.0, "p90": 120.0, "p99": 150.0},
+            "histogram": {"edges": [90.0, 110.0, 160.0], "counts": [50, 50]},
+        }
+    obj["loaded_latency"] = [
+        {"tier": "hbm", "unit": "ns", "points": [
+            {"bandwidth_fraction": 0.0, "quantiles": {"p50": 500.0, "p99": 700.0}},
+            {"bandwidth_fraction": 0.9, "quantiles": {"p50": 900.0, "p99": 2000.0}},
+        ]}
+    ]
+    obj["compute"].pop("source")
+    return obj
+
+
+def test_measured_roundtrip(tmp_path, reference):
+    obj = _measured(reference)
+    path = write_calibration(obj, tmp_path / "cal.json")
+    assert load_calibration(path) == obj
+    assert latency_ns(obj, "hbm", "p99") == 150.0
+
+
+def _set(obj, dotted, value):
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        obj = obj[int(k)] if isinstance(obj, list) else obj[k]
+    if value is KeyError:
+        del obj[keys[-1]]
+    elif isinstance(obj, list):
+        obj[int(keys[-1])] = value
+    else:
+        obj[keys[-1]] = value
+
+
+BAD = [
+    ("schema_version", 2, "schema_version"),
+    ("device", KeyError, "device"),
+    ("device.name", "", "device.name"),
+    ("clocks.sm_mhz", -5, "clocks.sm_mhz"),
+    ("clocks.locked", "yes", "clocks.locked"),
+    ("provenance.kind", "guessed", "provenance.kind"),
+    ("provenance.run", KeyError, "provenance.run"),
+    ("latency.l2_far", KeyError, "latency.l2_far"),
+    ("latency.hbm", None, "latency.hbm"),
+    ("latency.l1", None, "provenance.missing.l1"),
+    ("latency.l1.unit", "furlongs", "latency.l1.unit"),
+    ("latency.hbm.quantiles.p50", KeyError, "latency.hbm.quantiles.p50"),
+    ("latency.hbm.quantiles.p99", 10.0, "latency.hbm.quantiles.p99"),
+    ("latency.hbm.quantiles.p90", float("nan"), "latency.hbm.quantiles.p90"),
+    ("latency.l2_near.histogram", None, "latency.l2_near.histogram"),
+    ("latency.l2_near.histogram.counts", [1], "latency.l2_near.histogram.counts"),
+    ("latency.l2_near.histogram.edges", [90.0, 80.0, 160.0], "latency.l2_near.histogram.edges[1]"),
+    ("latency.tlb_miss.histogram.counts", [1, -1], "latency.tlb_miss.histogram.counts[1]"),
+    ("bandwidth.hbm_read_gbs", 0, "bandwidth.hbm_read_gbs"),
+    ("bandwidth.nvlink_gbs", 900, "bandwidth.nvlink_gbs"),
+    ("loaded_latency", {}, "loaded_latency"),
+    ("loaded_latency.0.points.1.bandwidth_fraction", 0.0, "loaded_latency[0].points[1].bandwidth_fraction"),
+    ("loaded_latency.0.tier", "l3", "loaded_latency[0].tier"),
+    ("compute.achieved_fraction", 1.5, "compute.achieved_fraction"),
+]
+
+
+@pytest.mark.parametrize("dotted,value,field", BAD, ids=[b[0] + ("-del" if b[1] is KeyError else "") for b in BAD])
+def test_invalid_files_are_refused_naming_the_field(tmp_path, reference, dotted, value, field):
+    obj = _measured(reference)
+    _set(obj, dotted, value)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(CalibrationError) as info:
+        load_calibration(path)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{path}: {field}: ")
+    assert info.value.exit_code == 2
+
+
+def test_published_entries_must_cite_a_listed_source(reference):
+    obj = copy.deepcopy(reference)
+    obj["latency"]["l1"]["source"] = "hearsay"
+    with pytest.raises(CalibrationError, match=r"^latency\.l1\.source: 'hearsay'"):
+        validate_calibration(obj)
+    obj = copy.deepcopy(reference)
+    obj["provenance"]["sources"] = []
+    with pytest.raises(CalibrationError, match=r"^provenance\.sources"):
+        validate_calibration(obj)
+
+
+def test_unreadable_and_non_json_files(tmp_path):
+    with pytest.raises(CalibrationError, match="cannot read"):
+        load_calibration(tmp_path / "absent.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(CalibrationError, match=r"bad.json: \(file\): not JSON"):
+        load_calibration(bad)
+
+
+def test_reference_by_name_and_path():
+    assert load_calibration("hopper-published")["name"] == "hopper-published"
+    assert load_calibration(reference_path())["name"] == "hopper-published"
