@@ -1,0 +1,311 @@
+"""Seeded workload generator for the three-stack mixed benchmark (DESIGN.md).
+
+Model
+-----
+Three model stacks share one KV-cache block pool; each is a `StackSpec`:
+
+==============  ========  =======  =========  ==========  ========  =====  =======  =======
+stack           context   prompts  prompt     first user  follow-up output max_new  sessions
+                (tokens)  (count)  (tokens)   (median)    (median)  (med.) (tokens) (per s)
+==============  ========  =======  =========  ==========  ========  =====  =======  =======
+qwen2-72b       131,072   4        1500-4000  12,000      300       400    1024     0.25 
+deepseek-v2     131,072   6        800-2500   1,500       600       600    2048     0.80 
+phi-3-mini      4,096     3        200-600    150         120       120    256      3.00 
+==============  ========  =======  =========  ==========  ========  =====  =======  =======
+
+* Sessions of each stack start as a Poisson process (`session_rate` per second) over
+  `duration_s`; each picks one of the stack's system prompts with probability proportional
+  to 1/(rank+1) (a few prompts dominate, as in production), and has a geometric number of
+  turns (mean `mean_turns`: 3 / 5 / 2).
+* User messages and outputs are log-normal (median as in the table, sigma `user_sigma` /
+  `output_sigma`), outputs clipped to [1, max_new_tokens].
+* Turn t+1 arrives after turn t's decode time (`output / decode_tps`) plus an exponential
+  think time (`think_s`: 60 / 30 / 10 s). Its prompt is the whole conversation so far:
+  system prompt + every earlier user message and output + the new user message. A session
+  ends when the next prompt plus `max_new_tokens` would pass the context window, or when
+  its next turn would arrive after `duration_s`.
+* Priority classes (high/normal/low) are drawn per request with per-stack weights:
+  qwen2-72b .2/.5/.3, deepseek-v2 .3/.6/.1, phi-3-mini .7/.3/0.
+
+Blocks are named the way Mooncake's `hash_ids` are: a block of `block_tokens` (512) tokens
+gets an id that names it together with its whole prefix. So the full blocks of a system
+prompt are shared by every session using that prompt, a session's earlier full blocks are
+shared by its later turns, and the block that straddles a boundary (a partial last block,
+or the one where the system prompt ends and the user text starts) is new each time, as its
+content differs. Ids are numbered 0, 1, 2, ... in order of first appearance.
+
+Each stack draws from its own child of `np.random.SeedSequence(seed)`, so a seed fixes the
+whole workload and changing one stack's parameters leaves the others' requests alone. With
+the defaults (`duration_s=1800`, seed 0) the trace has 18,266 requests, 194,574 block
+references and 63,056 distinct blocks (an infinite cache hits .676 of references), small
+enough for every policy at several capacities in seconds; it is generated in about 0.6 s.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .trace import DEFAULT_BLOCK_TOKENS, Trace
+
+PRIORITY_CLASSES: tuple[str, ...] = ("high", "normal", "low")
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """One model stack's traffic model (see the module docstring for what each field does)."""
+
+    name: str
+    context_tokens: int
+    system_prompts: int
+    system_prompt_tokens: tuple[int, int]  # uniform range the prompts' lengths are drawn from
+    first_user_median: float
+    followup_user_median: float
+    user_sigma: float
+    output_median: float
+    output_sigma: float
+    max_new_tokens: int
+    session_rate: float  # sessions per second (Poisson)
+    mean_turns: float
+    think_s: float
+    decode_tps: float  # tokens per second one request decodes at
+    priority_weights: tuple[float, float, float]
+
+
+DEFAULT_STACKS: tuple[StackSpec, ...] = (
+    StackSpec(
+        name="qwen2-72b", context_tokens=131_072, system_prompts=4, system_prompt_tokens=(1500, 4000),
+        first_user_median=12_000, followup_user_median=300, user_sigma=0.8,
+        output_median=400, output_sigma=0.6, max_new_tokens=1024,
+        session_rate=0.25, mean_turns=3.0, think_s=60.0, decode_tps=25.0,
+        priority_weights=(0.2, 0.5, 0.3),
+    ),
+    StackSpec(
+        name="deepseek-v2", context_tokens=131_072, system_prompts=6, system_prompt_tokens=(800, 2500),
+        first_user_median=1_500, followup_user_median=600, user_sigma=0.9,
+        output_median=600, output_sigma=0.7, max_new_tokens=2048,
+        session_rate=0.80, mean_turns=5.0, think_s=30.0, decode_tps=40.0,
+        priority_weights=(0.3, 0.6, 0.1),
+    ),
+    StackSpec(
+        name="phi-3-mini", context_tokens=4_096, system_prompts=3, system_prompt_tokens=(200, 600),
+        first_user_median=150, followup_user_median=120, user_sigma=0.7,
+        output_median=120, output_sigma=0.6, max_new_tokens=256,
+        session_rate=3.00, mean_turns=2.0, think_s=10.0, decode_tps=120.0,
+        priority_weights=(0.7, 0.3, 0.0),
+    ),
+)
+
+STACK_NAMES: tuple[str, ...] = tuple(s.name for s in DEFAULT_STACKS)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One generated request: the DESIGN.md request fields plus what a replay needs."""
+
+    request_id: str
+    model_stack: str
+    arrival_ms: int
+    input_tokens: int
+    max_new_tokens: int
+    output_tokens: int
+    priority_class: str
+    session: str
+    turn: int
+    hash_ids: tuple[int, ...]
+
+    def design_record(self, extras: bool = True) -> dict:
+        """The DESIGN.md request format; `extras` adds arrival, session, turn and hash ids."""
+        record = {
+            "request_id": self.request_id,
+            "model_stack": self.model_stack,
+            "input_tokens": self.input_tokens,
+            "max_new_tokens": self.max_new_tokens,
+            "priority_class": self.priority_class,
+        }
+        if extras:
+            record.update(
+                arrival_ms=self.arrival_ms, output_tokens=self.output_tokens,
+                session=self.session, turn=self.turn, hash_ids=list(self.hash_ids),
+            )
+        return record
+
+    def mooncake_record(self) -> dict:
+        return {
+            "timestamp": self.arrival_ms,
+            "input_length": self.input_tokens,
+            "output_length": self.output_tokens,
+            "hash_ids": list(self.hash_ids),
+        }
+
+
+def _lognormal(rng: np.random.Generator, median: float, sigma: float) -> int:
+    return max(1, int(round(median * float(np.exp(sigma * rng.standard_normal())))))
+
+
+def _stack_requests(spec: StackSpec, rng: np.random.Generator, duration_s: float, block_tokens: int, next_key):
+    """Requests of one stack as tuples, with provisional block keys from `next_key`."""
+    lo, hi = spec.system_prompt_tokens
+    prompt_len = rng.integers(lo, hi + 1, size=spec.system_prompts)
+    prompt_blocks = [[next_key() for _ in range(int(n) // block_tokens)] for n in prompt_len]
+    prompt_cdf = np.cumsum(1.0 / np.arange(1, spec.system_prompts + 1))
+    prompt_cdf /= prompt_cdf[-1]
+    priority_cdf = np.cumsum(spec.priority_weights) / sum(spec.priority_weights)
+
+    n_sessions = int(rng.poisson(spec.session_rate * duration_s))
+    starts = np.sort(rng.uniform(0.0, duration_s, size=n_sessions))
+    out = []
+    for s, start in enumerate(starts):
+        variant = min(int(np.searchsorted(prompt_cdf, rng.random(), side="right")), spec.system_prompts - 1)
+        turns = int(rng.geometric(1.0 / spec.mean_turns))
+        committed = list(prompt_blocks[variant])  # ids of the session's full blocks so far
+        length = int(prompt_len[variant])  # tokens of conversation so far
+        arrival = float(start)
+        for turn in range(turns):
+            median = spec.first_user_median if turn == 0 else spec.followup_user_median
+            length += _lognormal(rng, median, spec.user_sigma)
+            output = min(spec.max_new_tokens, _lognormal(rng, spec.output_median, spec.output_sigma))
+            priority = PRIORITY_CLASSES[min(int(np.searchsorted(priority_cdf, rng.random(), side="right")), 2)]
+            if length + spec.max_new_tokens > spec.context_tokens or arrival >= duration_s:
+                break
+            n_blocks = -(-length // block_tokens)
+            ids = committed[:n_blocks] + [next_key() for _ in range(n_blocks - len(committed))]
+            committed = ids[: length // block_tokens]  # the partial last block is not reused
+            out.append((int(arrival * 1000), spec.name, length, output, priority, s, turn, ids))
+            length += output
+            arrival += output / spec.decode_tps + float(rng.exponential(spec.think_s))
+    return out
+
+
+def generate_requests(
+    seed: int = 0,
+    duration_s: float = 1800.0,
+    stacks: tuple[StackSpec, ...] = DEFAULT_STACKS,
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
+    scale: float = 1.0,
+) -> list[Request]:
+    """The requests of the mixed workload in arrival order (ties keep stack order).
+
+    `scale` multiplies every stack's session rate (more concurrent sessions, same shape).
+    """
+    if duration_s <= 0 or scale <= 0:
+        raise ValueError("duration_s and scale must be positive")
+    counter = iter(range(2**62))
+    next_key = counter.__next__
+    children = np.random.SeedSequence(seed).spawn(len(stacks))
+    rows = []
+    for spec, child in zip(stacks, children):
+        if scale != 1.0:
+            spec = dataclasses.replace(spec, session_rate=spec.session_rate * scale)
+        rows.extend(_stack_requests(spec, np.random.default_rng(child), duration_s, block_tokens, next_key))
+    if not rows:
+        return []
+    order = np.argsort(np.array([r[0] for r in rows], dtype=np.int64), kind="stable")
+    rows = [rows[i] for i in order]
+    # Renumber blocks 0, 1, 2, ... in order of first appearance, as Mooncake's hash ids are.
+    keys = np.fromiter((k for r in rows for k in r[7]), dtype=np.int64)
+    from .readers import dense_ids
+
+    dense, _ = dense_ids(keys)
+    dense_list = dense.tolist()
+    requests = []
+    pos = 0
+    for i, (arrival_ms, stack, length, output, priority, session, turn, ids) in enumerate(rows):
+        n = len(ids)
+        requests.append(
+            Request(
+                request_id=f"req-{i:06d}", model_stack=stack, arrival_ms=arrival_ms,
+                input_tokens=length, max_new_tokens=next(s.max_new_tokens for s in stacks if s.name == stack),
+                output_tokens=output, priority_class=priority, session=f"{stack}/{session}", turn=turn,
+                hash_ids=tuple(dense_list[pos : pos + n]),
+            )
+        )
+        pos += n
+    return requests
+
+
+def requests_to_trace(
+    requests: list[Request],
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
+    stack_names: tuple[str, ...] = STACK_NAMES,
+    source: str = "generator",
+) -> Trace:
+    """The block-reference Trace of generated requests; tenant = model stack."""
+    from .errors import TraceFormatError
+
+    if not requests:
+        raise TraceFormatError(source, "empty trace: the generator produced no requests", fix="raise duration_s or scale")
+    names = list(stack_names)
+    for r in requests:
+        if r.model_stack not in names:
+            names.append(r.model_stack)
+    code = {name: i for i, name in enumerate(names)}
+    n_per = np.array([len(r.hash_ids) for r in requests], dtype=np.int64)
+    total = int(n_per.sum())
+    ends = np.cumsum(n_per)
+    request = np.repeat(np.arange(len(requests), dtype=np.int64), n_per)
+    position = (np.arange(total, dtype=np.int64) - np.repeat(ends - n_per, n_per)).astype(np.int32)
+    tokens = np.full(total, block_tokens, dtype=np.int32)
+    inputs = np.array([r.input_tokens for r in requests], dtype=np.int64)
+    tokens[ends - 1] = np.clip(inputs - block_tokens * (n_per - 1), 1, block_tokens)
+    original = np.fromiter((h for r in requests for h in r.hash_ids), dtype=np.int64, count=total)
+    from .readers import dense_ids
+
+    block, n_blocks = dense_ids(original)
+    return Trace(
+        time=np.repeat(np.array([r.arrival_ms for r in requests], dtype=np.float64) / 1000.0, n_per),
+        request=request,
+        block=block,
+        original_id=original,
+        position=position,
+        tokens=tokens,
+        tenant=np.repeat(np.array([code[r.model_stack] for r in requests], dtype=np.int32), n_per),
+        tenant_names=tuple(names),
+        request_output_tokens=np.array([r.output_tokens for r in requests], dtype=np.int64),
+        source=source,
+        block_tokens=block_tokens,
+        n_blocks=n_blocks,
+    )
+
+
+def generate_workload(seed: int = 0, duration_s: float = 1800.0, scale: float = 1.0, **kwargs) -> Trace:
+    """The three-stack mixed workload as a Trace (tenant = model stack)."""
+    requests = generate_requests(seed=seed, duration_s=duration_s, scale=scale, **kwargs)
+    block_tokens = kwargs.get("block_tokens", DEFAULT_BLOCK_TOKENS)
+    return requests_to_trace(requests, block_tokens=block_tokens, source=f"generator(seed={seed}, duration_s={duration_s:g}, scale={scale:g})")
+
+
+def _write_jsonl(path, records) -> Path:
+    path = Path(path)
+    with open(path, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, separators=(", ", ": ")))
+            handle.write("\n")
+    return path
+
+
+def write_requests_jsonl(requests: list[Request], path, extras: bool = True) -> Path:
+    """Write the DESIGN.md request format, one JSON object a line."""
+    return _write_jsonl(path, (r.design_record(extras=extras) for r in requests))
+
+
+def write_mooncake_jsonl(requests: list[Request], path) -> Path:
+    """Write Mooncake-style JSONL (`timestamp` ms, `input_length`, `output_length`, `hash_ids`)."""
+    return _write_jsonl(path, (r.mooncake_record() for r in requests))
+
+
+__all__ = [
+    "DEFAULT_STACKS",
+    "PRIORITY_CLASSES",
+    "STACK_NAMES",
+    "Request",
+    "StackSpec",
+    "generate_requests",
+    "generate_workload",
+    "requests_to_trace",
+    "write_mooncake_jsonl",
+    "write_requests_jsonl",
+]
