@@ -1,0 +1,411 @@
+"""Clock locking that always restores what it changed.
+
+`locked_clocks(...)` locks the SM (graphics) and/or memory clocks with
+`nvmlDeviceSetGpuLockedClocks` / `nvmlDeviceSetMemoryLockedClocks`, validated against
+`nvmlDeviceGetSupportedGraphicsClocks` / `nvmlDeviceGetSupportedMemoryClocks`, and resets them
+(`nvmlDeviceReset*LockedClocks`) on normal exit, on an exception, on SIGINT and on SIGTERM.
+
+Before it changes anything it writes a state file (one per GPU, in `state_dir()`); the file
+goes away once the clocks are restored. A process killed with SIGKILL leaves the file behind:
+the next `sitsprof` command warns (`stale_locks()`), and `sitsprof clocks reset` restores the
+clocks and removes it. Note that a reset returns the clocks to the driver default, not to a
+lock somebody else had set before.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sitsprof.pmu.errors import ClockPermissionError, ClockValueError, PmuError, UnsupportedError
+from sitsprof.pmu.nvml import handle, nvml, optional, text
+
+STATE_ENV = "SITSPROF_STATE_DIR"
+TDP = "tdp"
+_MODES = ("lock", "none")
+
+
+def state_dir() -> Path:
+    """Where clock-lock state files live: $SITSPROF_STATE_DIR, else $XDG_STATE_HOME/sitsprof, else ~/.local/state/sitsprof."""
+    if os.environ.get(STATE_ENV):
+        return Path(os.environ[STATE_ENV])
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "sitsprof"
+
+
+def _state_path(uuid: str) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in uuid)
+    return state_dir() / f"clocks-{safe}.json"
+
+
+def _write_state(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as handle_:
+        json.dump(record, handle_, indent=2)
+        handle_.flush()
+        os.fsync(handle_.fileno())
+    os.replace(tmp, path)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lock_records() -> list[dict]:
+    """Every clock-lock state file on this host, each with `path` and `stale` added."""
+    folder = state_dir()
+    if not folder.is_dir():
+        return []
+    records = []
+    for path in sorted(folder.glob("clocks-*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if record.get("host") not in (None, socket.gethostname()):
+            continue  # a shared home folder: another node's lock
+        record["path"] = str(path)
+        record["stale"] = not record.get("persistent") and not _pid_alive(int(record.get("pid", 0) or 0))
+        records.append(record)
+    return records
+
+
+def stale_locks() -> list[dict]:
+    """Locks left behind by a sitsprof process that died without restoring (e.g. SIGKILL)."""
+    return [r for r in lock_records() if r["stale"]]
+
+
+def stale_lock_warning() -> str | None:
+    """One warning line for the root command, or None. Cheap: reads files, never NVML."""
+    stale = stale_locks()
+    if not stale:
+        return None
+    gpus = ", ".join(f"GPU {r.get('index')} ({r.get('uuid')})" for r in stale)
+    pids = ", ".join(sorted({str(r.get("pid")) for r in stale}))
+    return (f"clocks of {gpus} may still be locked by sitsprof process {pids}, which ended without "
+            "restoring them; run `sitsprof clocks reset` to restore the defaults")
+
+
+# -- reading and resolving ---------------------------------------------------------------
+def read_clocks(index: int = 0) -> dict:
+    """Current SM and memory clocks (MHz) and the clock event reasons."""
+    from sitsprof.pmu.device import event_reason_names, event_reasons
+
+    pynvml = nvml()
+    h = handle(index)
+    reasons = event_reasons(h)
+    return {
+        "sm_mhz": optional(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
+        "memory_mhz": optional(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),
+        "event_reasons": event_reason_names(reasons) if reasons is not None else None,
+    }
+
+
+def _parse_spec(spec, what: str):
+    if spec is None:
+        return None
+    if isinstance(spec, int):
+        return spec
+    value = str(spec).strip().lower()
+    if value in ("max", "base", TDP):
+        return value
+    if value.endswith("mhz"):
+        value = value[:-3].strip()
+    if value.isdigit():
+        return int(value)
+    raise ClockValueError(f"{what} clock {spec!r}: use max, base, tdp or a frequency in MHz")
+
+
+def _nearest(values, wanted: int) -> str:
+    near = sorted(values, key=lambda v: abs(v - wanted))[:3]
+    return ", ".join(str(v) for v in sorted(near, reverse=True))
+
+
+def resolve(index: int = 0, sm="max", memory=None) -> dict:
+    """Turn `max` / `base` / `tdp` / MHz into values NVML accepts, checking the supported lists.
+
+    Returns {"sm": MHz | "tdp" | None, "memory": MHz | None} (None: leave unchanged)."""
+    pynvml = nvml()
+    h = handle(index)
+    sm_spec, mem_spec = _parse_spec(sm, "SM"), _parse_spec(memory, "memory")
+    mem_supported = sorted(optional(pynvml.nvmlDeviceGetSupportedMemoryClocks, h, default=[]) or [], reverse=True)
+    if not mem_supported and (sm_spec is not None or mem_spec is not None):
+        raise UnsupportedError(f"GPU {index} reports no supported clocks: clock locking is not available on it")
+    out = {"sm": None, "memory": None}
+    if mem_spec == TDP:
+        raise ClockValueError("memory clock: tdp applies to the SM clock only; use max, base or MHz")
+    if mem_spec in ("max", "base"):
+        out["memory"] = mem_supported[0] if mem_spec == "max" else optional(
+            pynvml.nvmlDeviceGetDefaultApplicationsClock, h, pynvml.NVML_CLOCK_MEM, default=mem_supported[0])
+    elif isinstance(mem_spec, int):
+        if mem_spec not in mem_supported:
+            raise ClockValueError(f"memory clock {mem_spec} MHz is not supported by GPU {index}; "
+                                  f"supported: {', '.join(map(str, mem_supported))}")
+        out["memory"] = mem_spec
+    if sm_spec is None:
+        return out
+    if sm_spec == TDP:
+        out["sm"] = TDP
+        return out
+    graphics = sorted(pynvml.nvmlDeviceGetSupportedGraphicsClocks(h, out["memory"] or mem_supported[0]), reverse=True)
+    if sm_spec == "max":
+        out["sm"] = graphics[0]
+    elif sm_spec == "base":
+        base = optional(pynvml.nvmlDeviceGetDefaultApplicationsClock, h, pynvml.NVML_CLOCK_GRAPHICS)
+        if base is None:
+            raise UnsupportedError(f"GPU {index} reports no default (base) clock; give the SM clock in MHz")
+        out["sm"] = int(base)
+    else:
+        if sm_spec not in graphics:
+            raise ClockValueError(
+                f"SM clock {sm_spec} MHz is not supported by GPU {index} (range {graphics[-1]}-{graphics[0]} MHz; "
+                f"nearest supported: {_nearest(graphics, sm_spec)})")
+        out["sm"] = sm_spec
+    return out
+
+
+# -- changing and restoring -------------------------------------------------------------
+def _nvml_errors(what: str):
+    """Context that maps NVML errors of a clock call to sitsprof's user-facing errors."""
+    pynvml = nvml()
+
+    @contextmanager
+    def mapped():
+        try:
+            yield
+        except pynvml.NVMLError_NoPermission:
+            raise ClockPermissionError(what) from None
+        except pynvml.NVMLError_NotSupported:
+            raise UnsupportedError(f"{what}: not supported on this GPU/driver (NVML_ERROR_NOT_SUPPORTED)") from None
+        except pynvml.NVMLError_InvalidArgument:
+            raise ClockValueError(f"{what}: NVML rejected the values (NVML_ERROR_INVALID_ARGUMENT)") from None
+
+    return mapped()
+
+
+def apply_clocks(index: int, resolved: dict) -> None:
+    """Lock the clocks in `resolved` (from `resolve`). Callers record state first."""
+    pynvml = nvml()
+    h = handle(index)
+    if resolved.get("memory") is not None:
+        with _nvml_errors("locking the memory clock"):
+            pynvml.nvmlDeviceSetMemoryLockedClocks(h, resolved["memory"], resolved["memory"])
+    if resolved.get("sm") is not None:
+        sm = resolved["sm"]
+        low = high = pynvml.NVML_CLOCK_LIMIT_ID_TDP if sm == TDP else sm
+        with _nvml_errors("locking the SM clock"):
+            pynvml.nvmlDeviceSetGpuLockedClocks(h, low, high)
+
+
+def reset_device(index: int, sm: bool = True, memory: bool = True) -> None:
+    """Reset the locked SM and/or memory clocks of GPU `index` to the driver default."""
+    pynvml = nvml()
+    h = handle(index)
+    errors = []
+    if sm:
+        try:
+            with _nvml_errors("resetting the SM clock"):
+                pynvml.nvmlDeviceResetGpuLockedClocks(h)
+        except UnsupportedError as exc:
+            errors.append(exc)
+    if memory:
+        try:
+            with _nvml_errors("resetting the memory clock"):
+                pynvml.nvmlDeviceResetMemoryLockedClocks(h)
+        except UnsupportedError:
+            pass  # memory locking absent on this GPU: nothing of ours to reset
+    if errors:
+        raise errors[0]
+
+
+def _index_of(uuid: str) -> int | None:
+    pynvml = nvml()
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        if text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) == uuid:
+            return i
+    return None
+
+
+def reset_clocks(index: int | None = None) -> list[dict]:
+    """`sitsprof clocks reset`: restore GPUs with lock records (or `index`, or all) and drop the records.
+
+    Returns what was reset: [{"index", "uuid", "record"}]."""
+    pynvml = nvml()
+    records = {r.get("uuid"): r for r in lock_records()}
+    if index is not None:
+        indices = [index]
+    elif records:
+        indices = [i for i in (_index_of(u) for u in records) if i is not None]
+    else:
+        indices = list(range(pynvml.nvmlDeviceGetCount()))
+    done = []
+    for i in indices:
+        uuid = text(pynvml.nvmlDeviceGetUUID(handle(i)))
+        reset_device(i)
+        record = records.pop(uuid, None)
+        if record:
+            Path(record["path"]).unlink(missing_ok=True)
+        done.append({"index": i, "uuid": uuid, "record": record})
+    return done
+
+
+@dataclass
+class ClockSession:
+    """What `locked_clocks` yields: clocks before, what was asked, what NVML applied, and after."""
+
+    device_index: int
+    mode: str
+    requested: dict
+    before: dict = field(default_factory=dict)
+    resolved: dict = field(default_factory=dict)
+    applied: dict | None = None
+    after: dict | None = None
+    restored: bool = False
+
+    def to_dict(self) -> dict:
+        return {"device_index": self.device_index, "mode": self.mode, "requested": self.requested,
+                "resolved": self.resolved, "before": self.before, "applied": self.applied,
+                "after": self.after, "restored": self.restored}
+
+
+class _Terminated(SystemExit):
+    """Raised in the main thread by SIGTERM/SIGHUP so that `finally` blocks restore the clocks."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated(128 + signum)
+
+
+@contextmanager
+def _signals_raise():
+    """Turn SIGTERM and SIGHUP into an exception for the duration (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        previous[sig] = signal.signal(sig, _raise_terminated)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
+def _signals_ignored():
+    """Hold off SIGINT/SIGTERM/SIGHUP while restoring, so a second Ctrl-C cannot cut it short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _record(index: int, uuid: str, resolved: dict, before: dict, persistent: bool) -> dict:
+    from datetime import datetime, timezone
+
+    import shlex
+
+    return {
+        "uuid": uuid, "index": index, "pid": os.getpid(), "host": socket.gethostname(),
+        "persistent": persistent, "changed": [k for k in ("sm", "memory") if resolved.get(k) is not None],
+        "resolved": resolved, "before": before, "command_line": shlex.join(sys.argv),
+        "locked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _check_not_held(path: Path, index: int) -> None:
+    if not path.exists():
+        return
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    pid = int(record.get("pid", 0) or 0)
+    if not record.get("persistent") and pid != os.getpid() and _pid_alive(pid) and record.get("host") == socket.gethostname():
+        raise PmuError(f"GPU {index}'s clocks are held by another sitsprof run (pid {pid}); wait for it to finish")
+
+
+def lock_persistent(index: int = 0, sm="max", memory=None) -> dict:
+    """`sitsprof clocks lock`: lock until `sitsprof clocks reset` (recorded as persistent)."""
+    pynvml = nvml()
+    uuid = text(pynvml.nvmlDeviceGetUUID(handle(index)))
+    resolved = resolve(index, sm, memory)
+    path = _state_path(uuid)
+    _check_not_held(path, index)
+    before = read_clocks(index)
+    _write_state(path, _record(index, uuid, resolved, before, persistent=True))
+    try:
+        apply_clocks(index, resolved)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return {"index": index, "uuid": uuid, "resolved": resolved, "before": before, "applied": read_clocks(index)}
+
+
+@contextmanager
+def locked_clocks(device_index: int = 0, sm="max", memory=None, mode: str = "lock"):
+    """Lock clocks for the duration of the block and always restore what was changed.
+
+    mode="lock": lock `sm` (max | base | tdp | MHz | None) and `memory` (max | base | MHz | None).
+    mode="none": change nothing, only record the clocks before and after (their drift).
+    Yields a `ClockSession` (`before`, `requested`, `applied`, later `after`)."""
+    if mode not in _MODES:
+        raise ClockValueError(f"clock mode {mode!r}: use one of {', '.join(_MODES)}")
+    session = ClockSession(device_index, mode, {"sm": sm, "memory": memory})
+    session.before = read_clocks(device_index)
+    if mode == "none":
+        try:
+            yield session
+        finally:
+            session.after = read_clocks(device_index)
+        return
+    pynvml = nvml()
+    uuid = text(pynvml.nvmlDeviceGetUUID(handle(device_index)))
+    session.resolved = resolve(device_index, sm, memory)
+    if session.resolved["sm"] is None and session.resolved["memory"] is None:
+        try:
+            yield session
+        finally:
+            session.after = read_clocks(device_index)
+        return
+    path = _state_path(uuid)
+    _check_not_held(path, device_index)
+    with _signals_raise():
+        _write_state(path, _record(device_index, uuid, session.resolved, session.before, persistent=False))
+        try:
+            apply_clocks(device_index, session.resolved)
+            session.applied = read_clocks(device_index)
+            yield session
+        finally:
+            with _signals_ignored():
+                try:
+                    reset_device(device_index, sm=session.resolved["sm"] is not None,
+                                 memory=session.resolved["memory"] is not None)
+                    session.restored = True
+                    path.unlink(missing_ok=True)
+                except ClockPermissionError:
+                    # locking itself failed for want of root: nothing was changed
+                    if session.applied is None:
+                        path.unlink(missing_ok=True)
+                    raise
+                finally:
+                    session.after = read_clocks(device_index)

@@ -1,0 +1,99 @@
+"""The NVML session: pynvml imported lazily, initialised once per process, shut down at exit.
+
+Every failure to reach NVML becomes a `NoGpuError` that says what is missing and what to do.
+"""
+from __future__ import annotations
+
+import atexit
+import threading
+
+from sitsprof.pmu.errors import NoGpuError, PmuError
+
+_lock = threading.Lock()
+_started = False
+
+
+def _pynvml():
+    try:
+        import pynvml
+    except ImportError:
+        raise NoGpuError(
+            "nvidia-ml-py is not installed (pip install 'sitsprof[gpu]' or pip install nvidia-ml-py)"
+        ) from None
+    return pynvml
+
+
+def _shutdown() -> None:
+    global _started
+    with _lock:
+        if not _started:
+            return
+        _started = False
+    try:
+        _pynvml().nvmlShutdown()
+    except Exception:  # noqa: BLE001 - best effort at exit
+        pass
+
+
+def nvml():
+    """The pynvml module with NVML initialised (once per process)."""
+    global _started
+    pynvml = _pynvml()
+    with _lock:
+        if _started:
+            return pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise NoGpuError(describe_init_failure(pynvml, exc)) from None
+        _started = True
+    atexit.register(_shutdown)
+    return pynvml
+
+
+def describe_init_failure(pynvml, exc) -> str:
+    value = getattr(exc, "value", None)
+    if value == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+        return ("no NVIDIA driver: libnvidia-ml.so.1 was not found; run on a node with an NVIDIA GPU "
+                "and driver installed (nvidia-smi should work)")
+    if value == pynvml.NVML_ERROR_DRIVER_NOT_LOADED:
+        return "the NVIDIA kernel driver is not loaded (nvidia-smi fails too); load it or reboot the node"
+    if value == pynvml.NVML_ERROR_NO_PERMISSION:
+        return "no permission to open the NVIDIA device files (/dev/nvidia*); ask for access to the GPU"
+    return f"NVML could not start: {exc}; check that nvidia-smi works on this node"
+
+
+def reset_session() -> None:
+    """Forget the session (tests swap the NVML library underneath)."""
+    global _started
+    with _lock:
+        _started = False
+
+
+def device_count() -> int:
+    pynvml = nvml()
+    return int(pynvml.nvmlDeviceGetCount())
+
+
+def handle(index: int = 0):
+    """The NVML handle of GPU `index`; one clear error when there is no such GPU."""
+    pynvml = nvml()
+    count = pynvml.nvmlDeviceGetCount()
+    if count == 0:
+        raise NoGpuError("NVML sees no GPU on this node")
+    if not 0 <= index < count:
+        raise PmuError(f"there is no GPU {index}: this node has {count} (indices 0..{count - 1})")
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
+def optional(fn, *args, default=None):
+    """Call an NVML query, turning 'not supported on this device/driver' into `default`."""
+    pynvml = _pynvml()
+    try:
+        return fn(*args)
+    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+        return default
+
+
+def text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,96 @@
+"""Clock locking with the fake NVML: validation, restore on exit/exception, permission, state file."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from fake_nvml import fake_gpu  # noqa: F401 - fixture
+
+from sitsprof.pmu import clocks
+from sitsprof.pmu.errors import ClockPermissionError, ClockValueError
+
+
+def _dev(fake):
+    return fake.state["devices"][0]
+
+
+def test_resolve_max_base_tdp_and_mhz(fake_gpu):
+    assert clocks.resolve(0, "max") == {"sm": 1980, "memory": None}
+    assert clocks.resolve(0, "base", "max") == {"sm": 1755, "memory": 3201}
+    assert clocks.resolve(0, "tdp")["sm"] == "tdp"
+    assert clocks.resolve(0, "1500MHz")["sm"] == 1500
+    with pytest.raises(ClockValueError, match="nearest supported: 1515, 1500"):
+        clocks.resolve(0, 1503)
+    with pytest.raises(ClockValueError, match="supported: 3201"):
+        clocks.resolve(0, None, 1000)
+    with pytest.raises(ClockValueError, match="use max, base, tdp"):
+        clocks.resolve(0, "fast")
+
+
+def test_lock_and_restore_on_normal_exit(fake_gpu, tmp_path):
+    with clocks.locked_clocks(0, sm="max", memory="max") as session:
+        assert _dev(fake_gpu)["locked_gpu"] == [1980, 1980]
+        assert _dev(fake_gpu)["locked_mem"] == [3201, 3201]
+        assert session.applied["sm_mhz"] == 1980
+        assert session.before["sm_mhz"] == 345  # idle before
+        state = list((tmp_path / "state").glob("clocks-*.json"))
+        assert len(state) == 1 and json.loads(state[0].read_text())["changed"] == ["sm", "memory"]
+    assert _dev(fake_gpu)["locked_gpu"] is None and _dev(fake_gpu)["locked_mem"] is None
+    assert session.restored and session.after["sm_mhz"] == 345
+    assert not list((tmp_path / "state").glob("clocks-*.json"))
+    assert fake_gpu.calls["nvmlDeviceResetGpuLockedClocks"] == 1
+    assert fake_gpu.calls["nvmlDeviceResetMemoryLockedClocks"] == 1
+
+
+def test_restore_on_exception_only_what_changed(fake_gpu):
+    with pytest.raises(RuntimeError):
+        with clocks.locked_clocks(0, sm="tdp"):
+            assert _dev(fake_gpu)["locked_gpu"] == [1830, 1830]
+            raise RuntimeError("workload failed")
+    assert _dev(fake_gpu)["locked_gpu"] is None
+    assert "nvmlDeviceResetMemoryLockedClocks" not in fake_gpu.calls
+
+
+def test_permission_denied_explains_the_fix(fake_gpu, tmp_path):
+    fake_gpu.state["root"] = False
+    with pytest.raises(ClockPermissionError, match=r"run as root.*--clocks none") as info:
+        with clocks.locked_clocks(0):
+            pass
+    assert info.value.exit_code == 2
+    assert not list((tmp_path / "state").glob("clocks-*.json"))
+
+
+def test_mode_none_changes_nothing_and_records_drift(fake_gpu):
+    with clocks.locked_clocks(0, mode="none") as session:
+        _dev(fake_gpu)["event_reasons"] = 0  # the GPU gets busy and boosts
+    assert "nvmlDeviceSetGpuLockedClocks" not in fake_gpu.calls
+    assert session.before["sm_mhz"] == 345 and session.after["sm_mhz"] == 1980
+
+
+def test_stale_record_warns_and_reset_restores(fake_gpu, tmp_path):
+    clocks.apply_clocks(0, {"sm": 1500, "memory": None})
+    record = clocks._record(0, _dev(fake_gpu)["uuid"], {"sm": 1500, "memory": None}, {}, persistent=False)
+    record["pid"] = 2**22 + 12345  # a process that no longer exists
+    clocks._write_state(clocks._state_path(_dev(fake_gpu)["uuid"]), record)
+    assert "sitsprof clocks reset" in clocks.stale_lock_warning()
+    done = clocks.reset_clocks()
+    assert [d["index"] for d in done] == [0]
+    assert _dev(fake_gpu)["locked_gpu"] is None
+    assert clocks.stale_lock_warning() is None
+
+
+def test_persistent_lock_is_not_stale(fake_gpu):
+    clocks.lock_persistent(0, sm="base")
+    assert _dev(fake_gpu)["locked_gpu"] == [1755, 1755]
+    assert clocks.stale_lock_warning() is None
+    assert clocks.lock_records()[0]["persistent"]
+    clocks.reset_clocks()
+    assert _dev(fake_gpu)["locked_gpu"] is None and clocks.lock_records() == []
+
+
+def test_state_dir_defaults(monkeypatch, tmp_path):
+    monkeypatch.delenv("SITSPROF_STATE_DIR", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert clocks.state_dir() == tmp_path / "sitsprof"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    assert str(clocks.state_dir()).endswith(".local/state/sitsprof")
