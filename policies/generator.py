@@ -49,6 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import TraceFormatError
+from .readers import dense_ids, trace_from_requests
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
 PRIORITY_CLASSES: tuple[str, ...] = ("high", "normal", "low")
@@ -207,8 +209,6 @@ def generate_requests(
     rows = [rows[i] for i in order]
     # Renumber blocks 0, 1, 2, ... in order of first appearance, as Mooncake's hash ids are.
     keys = np.fromiter((k for r in rows for k in r[7]), dtype=np.int64)
-    from .readers import dense_ids
-
     dense, _ = dense_ids(keys)
     dense_list = dense.tolist()
     requests = []
@@ -234,8 +234,6 @@ def requests_to_trace(
     source: str = "generator",
 ) -> Trace:
     """The block-reference Trace of generated requests; tenant = model stack."""
-    from .errors import TraceFormatError
-
     if not requests:
         raise TraceFormatError(source, "empty trace: the generator produced no requests", fix="raise duration_s or scale")
     names = list(stack_names)
@@ -243,31 +241,15 @@ def requests_to_trace(
         if r.model_stack not in names:
             names.append(r.model_stack)
     code = {name: i for i, name in enumerate(names)}
-    n_per = np.array([len(r.hash_ids) for r in requests], dtype=np.int64)
-    total = int(n_per.sum())
-    ends = np.cumsum(n_per)
-    request = np.repeat(np.arange(len(requests), dtype=np.int64), n_per)
-    position = (np.arange(total, dtype=np.int64) - np.repeat(ends - n_per, n_per)).astype(np.int32)
-    tokens = np.full(total, block_tokens, dtype=np.int32)
-    inputs = np.array([r.input_tokens for r in requests], dtype=np.int64)
-    tokens[ends - 1] = np.clip(inputs - block_tokens * (n_per - 1), 1, block_tokens)
-    original = np.fromiter((h for r in requests for h in r.hash_ids), dtype=np.int64, count=total)
-    from .readers import dense_ids
-
-    block, n_blocks = dense_ids(original)
-    return Trace(
-        time=np.repeat(np.array([r.arrival_ms for r in requests], dtype=np.float64) / 1000.0, n_per),
-        request=request,
-        block=block,
-        original_id=original,
-        position=position,
-        tokens=tokens,
-        tenant=np.repeat(np.array([code[r.model_stack] for r in requests], dtype=np.int32), n_per),
+    return trace_from_requests(
+        [r.hash_ids for r in requests],
+        [r.arrival_ms for r in requests],
+        [r.input_tokens for r in requests],
+        [r.output_tokens for r in requests],
+        tenant=[code[r.model_stack] for r in requests],
         tenant_names=tuple(names),
-        request_output_tokens=np.array([r.output_tokens for r in requests], dtype=np.int64),
         source=source,
         block_tokens=block_tokens,
-        n_blocks=n_blocks,
     )
 
 

@@ -251,33 +251,52 @@ def read_mooncake(path, skip_bad_lines: bool = False, block_tokens: int = DEFAUL
     if not counts:
         raise bad.empty("requests")
 
-    n_per = np.asarray(counts, dtype=np.int64)
+    trace = trace_from_requests(
+        id_lists, stamps, inputs, outputs, source=str(path), block_tokens=block_tokens
+    )
+    return _with_skips(trace, bad) if bad.count else trace
+
+
+def trace_from_requests(
+    hash_ids,
+    arrival_ms,
+    input_tokens,
+    output_tokens=None,
+    tenant=None,
+    tenant_names: tuple[str, ...] = (),
+    source: str = "",
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
+) -> Trace:
+    """A Trace of multi-block requests, Mooncake style: one reference per hash id.
+
+    hash_ids: one sequence of block ids per request; arrival_ms, input_tokens, output_tokens
+    and tenant (codes into tenant_names): one value per request. Every block carries
+    `block_tokens` tokens except a request's last: `input - block_tokens*(n-1)` in [1, block_tokens].
+    """
+    n_per = np.fromiter((len(ids) for ids in hash_ids), dtype=np.int64, count=len(hash_ids))
     total = int(n_per.sum())
-    n_req = len(n_per)
     ends = np.cumsum(n_per)
-    starts = ends - n_per
-    request = np.repeat(np.arange(n_req, dtype=np.int64), n_per)
-    position = (np.arange(total, dtype=np.int64) - np.repeat(starts, n_per)).astype(np.int32)
+    request = np.repeat(np.arange(len(n_per), dtype=np.int64), n_per)
+    position = (np.arange(total, dtype=np.int64) - np.repeat(ends - n_per, n_per)).astype(np.int32)
     tokens = np.full(total, block_tokens, dtype=np.int32)
-    last = np.asarray(inputs, dtype=np.int64) - block_tokens * (n_per - 1)
+    last = np.asarray(input_tokens, dtype=np.int64) - block_tokens * (n_per - 1)
     tokens[ends - 1] = np.clip(last, 1, block_tokens)
-    time = np.repeat(np.asarray(stamps, dtype=np.float64) / 1000.0, n_per)
-    original = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int64, count=total)
+    original = np.fromiter(itertools.chain.from_iterable(hash_ids), dtype=np.int64, count=total)
     block, n_blocks = dense_ids(original)
+    per_request_tenant = np.full(len(n_per), -1) if tenant is None else np.asarray(tenant)
     return Trace(
-        time=time,
+        time=np.repeat(np.asarray(arrival_ms, dtype=np.float64) / 1000.0, n_per),
         request=request,
         block=block,
         original_id=original,
         position=position,
         tokens=tokens,
-        tenant=np.full(total, -1, dtype=np.int32),
-        request_output_tokens=np.asarray(outputs, dtype=np.int64),
-        source=str(path),
+        tenant=np.repeat(per_request_tenant.astype(np.int32), n_per),
+        tenant_names=tuple(tenant_names),
+        request_output_tokens=None if output_tokens is None else np.asarray(output_tokens, dtype=np.int64),
+        source=source,
         block_tokens=block_tokens,
         n_blocks=n_blocks,
-        skipped_lines=bad.count,
-        skipped_examples=tuple(bad.examples),
     )
 
 
@@ -516,6 +535,7 @@ __all__ = [
     "read_oracle",
     "read_trace",
     "trace_from_ids",
+    "trace_from_requests",
     "write_csv",
     "write_oracle_general",
 ]
