@@ -1,0 +1,156 @@
+"""The engine's results (hit ratios, per-request hits, errors) and properties of every
+registered policy."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sitsprof.policies.engine import SimResult, check_capacity, simulate, simulate_many
+from sitsprof.policies.errors import CapacityError, PolicyEngineError
+from sitsprof.policies.registry import MODULES, POLICIES, get_policy, policy_names
+from sitsprof.policies.trace import Trace
+
+
+def requests_trace(requests, tokens=None) -> Trace:
+    block = np.array([b for r in requests for b in r], dtype=np.int32)
+    n = len(block)
+    return Trace(
+        time=np.zeros(n),
+        request=np.repeat(np.arange(len(requests)), [len(r) for r in requests]).astype(np.int64),
+        block=block,
+        original_id=block.astype(np.int64),
+        position=np.concatenate([np.arange(len(r)) for r in requests]).astype(np.int32),
+        tokens=np.full(n, 512, dtype=np.int32) if tokens is None else np.array(tokens, dtype=np.int32),
+        tenant=np.full(n, -1, dtype=np.int32),
+    )
+
+
+def test_ratios_and_request_hits_by_hand():
+    # Infinite LRU: a reference hits iff its block was seen before.
+    #   r0 [0 1 2]   miss miss miss
+    #   r1 [0 1 3]   hit  hit  miss      prefix 2
+    #   r2 [4 1 2]   miss hit  hit       prefix 0: the first block missed
+    #   r3 [0 3]     hit  hit            prefix 2
+    trace = requests_trace([[0, 1, 2], [0, 1, 3], [4, 1, 2], [0, 3]],
+                           tokens=[512, 512, 100, 512, 512, 7, 512, 512, 30, 512, 200])
+    r = simulate(trace, "lru", 100)
+    assert r.references == 11 and r.hits == 6
+    assert r.request_hits.tolist() == [0, 2, 2, 2]
+    assert r.block_hit_ratio == pytest.approx(6 / 11)
+    assert r.prefix_hit_ratio == pytest.approx(4 / 11)
+    hit_tokens = 512 + 512 + 512 + 30 + 512 + 200
+    assert r.token_hit_ratio == pytest.approx(hit_tokens / sum(trace.tokens))
+    assert r.evictions == 0 and r.max_resident == 5
+
+
+def test_prefix_counts_only_the_leading_run():
+    # capacity 2 LRU: r1's 1 still hits after 5 missed, but is not part of a cached prefix.
+    trace = requests_trace([[0, 1], [5, 1]])
+    r = simulate(trace, "lru", 2)
+    assert r.hits == 1 and r.request_hits.tolist() == [0, 1]
+    assert r.prefix_hit_ratio == 0.0 and r.block_hit_ratio == pytest.approx(0.25)
+
+
+def test_block_ids_as_a_plain_array():
+    r = simulate(np.array([7, 9, 7, 11, 9, 7]), "lru", 2)
+    assert r.hits == 1 and r.references == 6 and len(r.request_hits) == 6
+    assert r.prefix_hit_ratio == r.block_hit_ratio  # one block per request
+
+
+def test_to_dict_is_json():
+    r = simulate(requests_trace([[0, 1], [0, 2]]), "fifo", 10)
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["policy"] == "fifo" and d["capacity"] == 10 and d["hits"] == 1 and d["requests"] == 2
+    assert "request_hits" not in d
+    assert json.loads(json.dumps(r.to_dict(request_hits=True)))["request_hits"] == [0, 1]
+    assert isinstance(r, SimResult)
+
+
+@pytest.mark.parametrize("bad", [0, -5, np.int64(-1), 0.0])
+def test_non_positive_capacity_is_a_user_error(bad):
+    with pytest.raises(CapacityError, match=r"capacity -?\d+ is not positive.*capacity of 1 or more") as info:
+        simulate(np.array([1, 2, 3]), "lru", bad)
+    assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("bad", [1.5, "100", None, True, float("inf")])
+def test_non_integer_capacity_is_a_user_error(bad):
+    with pytest.raises(CapacityError, match="capacity .* positive integer"):
+        check_capacity(bad)
+
+
+def test_whole_float_capacity_is_accepted():
+    assert check_capacity(1000.0) == 1000 and check_capacity(np.int32(7)) == 7
+
+
+def test_unknown_policy_and_parameter():
+    with pytest.raises(PolicyEngineError, match="unknown policy 'belady'; choose from lru") as info:
+        simulate(np.array([1, 2]), "belady", 10)
+    assert info.value.exit_code == 2
+    with pytest.raises(PolicyEngineError, match="'lru' has no parameter ghost_ratio"):
+        simulate(np.array([1, 2]), "lru", 10, ghost_ratio=0.5)
+    assert get_policy(" LRU ") is POLICIES["lru"]
+
+
+def test_bad_block_ids_rejected_before_the_kernel():
+    trace = requests_trace([[0, 1, 2]])
+    broken = Trace(time=trace.time, request=trace.request, block=trace.block,
+                   original_id=trace.original_id, position=trace.position, tokens=trace.tokens,
+                   tenant=trace.tenant, n_blocks=2)
+    with pytest.raises(PolicyEngineError, match="dense in 0..1"):
+        simulate(broken, "lru", 4)
+    with pytest.raises(PolicyEngineError, match="1-D array of integer block ids"):
+        simulate(np.array([0.5, 1.5]), "lru", 4)
+
+
+def test_simulate_many_order_and_progress():
+    trace = requests_trace([[0, 1, 2], [0, 1, 3], [2, 3]])
+    calls = []
+    results = simulate_many(trace, ["lru", "fifo"], [1, 3], progress=lambda *a: calls.append(a))
+    assert [(r.policy, r.capacity) for r in results] == [("lru", 1), ("lru", 3), ("fifo", 1), ("fifo", 3)]
+    assert calls == [(1, 4, "lru @ 1"), (2, 4, "lru @ 3"), (3, 4, "fifo @ 1"), (4, 4, "fifo @ 3")]
+    for r in results:
+        assert r.hits == simulate(trace, r.policy, r.capacity).hits
+    with pytest.raises(CapacityError):
+        simulate_many(trace, ["lru"], [10, -1])
+
+
+def test_registry_lists_every_module():
+    assert len(POLICIES) == len(MODULES)
+    assert {"lru", "fifo", "lfu", "sieve", "prefix_lru"} <= set(policy_names())
+    for module in POLICIES.values():
+        assert module.DESCRIPTION and "\n" not in module.DESCRIPTION
+
+
+# Policies that cache every missed block while there is room (no partitions, no ghosts).
+SIMPLE = ("lru", "fifo", "lfu", "sieve", "prefix_lru")
+request_lists = st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=12), min_size=1, max_size=40)
+
+
+def dense_requests(requests):
+    ids = [b for r in requests for b in r]
+    order = {v: i for i, v in enumerate(dict.fromkeys(ids))}
+    return [[order[b] for b in r] for r in requests]
+
+
+@settings(max_examples=60, deadline=None)
+@given(requests=request_lists, capacity=st.integers(1, 40))
+def test_every_policy_respects_capacity(requests, capacity):
+    trace = requests_trace(dense_requests(requests))
+    n_distinct = trace.n_blocks
+    for name in policy_names():
+        r = simulate(trace, name, capacity)
+        assert 0 <= r.max_resident <= capacity, name
+        assert 0 <= r.hits <= r.references - n_distinct, name  # first references always miss
+        assert r.request_hits.sum() == r.hits and len(r.request_hits) == trace.n_requests
+        assert 0 <= r.prefix_hit_ratio <= r.block_hit_ratio <= 1
+        if name not in SIMPLE:  # e.g. libCacheSim's LIRS keeps nothing at capacity 1
+            continue
+        if capacity >= n_distinct:  # everything fits: only first references miss
+            assert r.hits == r.references - n_distinct and r.evictions == 0, name
+        elif name != "prefix_lru":  # every miss is inserted, so evictions = misses - resident
+            assert r.references - r.hits - r.evictions <= capacity, name
