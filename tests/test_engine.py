@@ -2,6 +2,7 @@
 registered policy."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -11,22 +12,15 @@ from hypothesis import strategies as st
 
 from sitsprof.policies.engine import SimResult, check_capacity, simulate, simulate_many
 from sitsprof.policies.errors import CapacityError, PolicyEngineError
+from sitsprof.policies.readers import trace_from_requests
 from sitsprof.policies.registry import MODULES, POLICIES, get_policy, policy_names
 from sitsprof.policies.trace import Trace
 
 
-def requests_trace(requests, tokens=None) -> Trace:
-    block = np.array([b for r in requests for b in r], dtype=np.int32)
-    n = len(block)
-    return Trace(
-        time=np.zeros(n),
-        request=np.repeat(np.arange(len(requests)), [len(r) for r in requests]).astype(np.int64),
-        block=block,
-        original_id=block.astype(np.int64),
-        position=np.concatenate([np.arange(len(r)) for r in requests]).astype(np.int32),
-        tokens=np.full(n, 512, dtype=np.int32) if tokens is None else np.array(tokens, dtype=np.int32),
-        tenant=np.full(n, -1, dtype=np.int32),
-    )
+def requests_trace(requests, input_tokens=None) -> Trace:
+    """Multi-block requests (ids dense in order of first appearance), 512-token blocks."""
+    inputs = [512 * len(r) for r in requests] if input_tokens is None else input_tokens
+    return trace_from_requests(requests, np.zeros(len(requests)), inputs)
 
 
 def test_ratios_and_request_hits_by_hand():
@@ -35,8 +29,9 @@ def test_ratios_and_request_hits_by_hand():
     #   r1 [0 1 3]   hit  hit  miss      prefix 2
     #   r2 [4 1 2]   miss hit  hit       prefix 0: the first block missed
     #   r3 [0 3]     hit  hit            prefix 2
-    trace = requests_trace([[0, 1, 2], [0, 1, 3], [4, 1, 2], [0, 3]],
-                           tokens=[512, 512, 100, 512, 512, 7, 512, 512, 30, 512, 200])
+    # tokens per reference: 512 but for each request's partial last block (100, 7, 30, 200)
+    trace = requests_trace([[0, 1, 2], [0, 1, 3], [4, 1, 2], [0, 3]], [1124, 1031, 1054, 712])
+    assert trace.tokens.tolist() == [512, 512, 100, 512, 512, 7, 512, 512, 30, 512, 200]
     r = simulate(trace, "lru", 100)
     assert r.references == 11 and r.hits == 6
     assert r.request_hits.tolist() == [0, 2, 2, 2]
@@ -98,9 +93,7 @@ def test_unknown_policy_and_parameter():
 
 def test_bad_block_ids_rejected_before_the_kernel():
     trace = requests_trace([[0, 1, 2]])
-    broken = Trace(time=trace.time, request=trace.request, block=trace.block,
-                   original_id=trace.original_id, position=trace.position, tokens=trace.tokens,
-                   tenant=trace.tenant, n_blocks=2)
+    broken = dataclasses.replace(trace, n_blocks=2)
     with pytest.raises(PolicyEngineError, match="dense in 0..1"):
         simulate(broken, "lru", 4)
     with pytest.raises(PolicyEngineError, match="1-D array of integer block ids"):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from libcachesim_ref import lcs_hit_ratio, write_oracle, zipf_ids
 from sitsprof.policies.engine import simulate
-from sitsprof.policies.readers import read_trace, trace_from_ids
+from sitsprof.policies.readers import read_trace, trace_from_ids, trace_from_requests
 from sitsprof.policies.trace import Trace
 
 pytest.importorskip("libcachesim")
@@ -21,16 +21,10 @@ CLASSIC = ("lru", "fifo", "lfu", "sieve")
 MOONCAKE_CAPACITIES = (1000, 10000, 50000)
 
 
-def requests_trace(requests: list[list[int]]) -> Trace:
-    """A trace of multi-block requests (ids used as given; they must be dense)."""
-    block = np.array([b for r in requests for b in r], dtype=np.int32)
-    request = np.repeat(np.arange(len(requests)), [len(r) for r in requests]).astype(np.int64)
-    n = len(block)
-    return Trace(
-        time=np.zeros(n), request=request, block=block, original_id=block.astype(np.int64),
-        position=np.concatenate([np.arange(len(r)) for r in requests]).astype(np.int32),
-        tokens=np.full(n, 512, dtype=np.int32), tenant=np.full(n, -1, dtype=np.int32),
-    )
+def requests_trace(requests, input_tokens=None) -> Trace:
+    """Multi-block requests (ids dense in order of first appearance), 512-token blocks."""
+    inputs = [512 * len(r) for r in requests] if input_tokens is None else input_tokens
+    return trace_from_requests(requests, np.zeros(len(requests)), inputs)
 
 
 def hit_flags(trace, policy, capacity) -> list[int]:
