@@ -375,7 +375,7 @@ def run(trace: Trace, capacity: int, calibration=None, model: str = "qwen2-72b",
     cost = CostModel(calibration, model=model, miss=miss)
     hit_s, miss_s = cost.block_costs(trace)
     decode = cost.decode_step(trace)
-    request = prep.request
+    request = np.asarray(trace.request, dtype=np.int64)
     bounds = window_bounds(trace, cfg.window_s, cfg.window_refs)
     start = time.perf_counter()
     k = shadow_shift(capacity) if cfg.sample_shift is None else int(cfg.sample_shift)
@@ -429,7 +429,7 @@ def run(trace: Trace, capacity: int, calibration=None, model: str = "qwen2-72b",
     return result
 
 
-def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=65536, initial="scan"):
+def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=65536, initial="scan", threshold=False):
     """Engine-contract entry point (plain Python around the compiled cache).
 
     The engine passes only block ids and request offsets, so windows are by reference count
@@ -443,5 +443,11 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=65536, initi
                   original_id=np.asarray(block, dtype=np.int64), position=position,
                   tokens=np.full(n, 512, dtype=np.int32), tenant=np.full(n, -1, dtype=np.int32),
                   n_blocks=int(n_blocks))
-    result = run(trace, int(capacity), window_s=0.0, window_refs=int(window_refs), initial=initial, hit_out=hit)
+    gate = None
+    if threshold:
+        from .threshold import ThresholdEngine
+
+        gate = ThresholdEngine()
+    result = run(trace, int(capacity), window_s=0.0, window_refs=int(window_refs), initial=initial, hit_out=hit,
+                 gate=gate)
     return result.evictions, result.max_resident
