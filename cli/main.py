@@ -14,6 +14,8 @@ import click
 
 # Each module listed here exposes COMMANDS, a list of click commands or groups.
 COMMAND_MODULES: list[str] = [
+    "sitsprof.cli.policy",
+    "sitsprof.cli.demo",
 ]
 
 
