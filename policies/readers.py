@@ -303,8 +303,8 @@ def trace_from_requests(
 # --------------------------------------------------------------------------- oracleGeneral
 
 
-def read_oracle(path, skip_bad_lines: bool = False) -> Trace:
-    """Read a libCacheSim oracleGeneral binary trace (memory-mapped, columns copied once)."""
+def read_oracle(path, skip_bad_lines: bool = False, chunk: int = 1 << 20) -> Trace:
+    """Read a libCacheSim oracleGeneral binary trace (one reference per record)."""
     path = Path(path)
     bad = _BadLines(path, skip_bad_lines)
     size = path.stat().st_size
@@ -318,13 +318,18 @@ def read_oracle(path, skip_bad_lines: bool = False) -> Trace:
         )
     if n == 0:
         raise bad.empty("records")
-    records = np.memmap(path, dtype=ORACLE_DTYPE, mode="r", shape=(n,))
-    try:
-        original = np.ascontiguousarray(records["obj_id"]).view(np.int64)
-        time = records["timestamp"].astype(np.float64)
-        tokens = np.minimum(records["obj_size"], _INT32_MAX).astype(np.int32)
-    finally:
-        del records
+    # Read in chunks straight into the columns: peak memory is the columns plus one chunk.
+    obj_id = np.empty(n, dtype=np.uint64)
+    time = np.empty(n, dtype=np.float64)
+    tokens = np.empty(n, dtype=np.int32)
+    with open(path, "rb") as handle:
+        for lo in range(0, n, chunk):
+            hi = min(n, lo + chunk)
+            records = np.fromfile(handle, dtype=ORACLE_DTYPE, count=hi - lo)
+            obj_id[lo:hi] = records["obj_id"]
+            time[lo:hi] = records["timestamp"]
+            tokens[lo:hi] = np.minimum(records["obj_size"], _INT32_MAX)
+    original = obj_id.view(np.int64)
     trace = trace_from_ids(original, times=time, tokens=tokens, source=str(path))
     if bad.count:
         return _with_skips(trace, bad)
