@@ -142,14 +142,14 @@ def results_table(results, title: str | None = None):
     return table
 
 
-def run_with_progress(trace, policies: list[str], capacities: list[int], show: bool):
+def run_with_progress(trace, policies: list[str], capacities: list[int], show: bool, console=None):
     """simulate_many, with a rich progress bar on stderr when `show` and stderr is a terminal."""
-    from sitsprof.policies.engine import simulate_many
-
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True)
+    from sitsprof.policies.engine import simulate_many
+
+    console = console or Console(stderr=True)
     total = len(policies) * len(capacities)
     if not show or not console.is_terminal or total < 2:
         return simulate_many(trace, policies, capacities)

@@ -435,7 +435,7 @@ def read_csv(path, skip_bad_lines: bool = False) -> Trace:
     ids: list[int] = []
     sizes: list[int] = []
     tenants: list[str] = []
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:
         for lineno, line in enumerate(handle, 1):
             text = line.strip()
             if not text or text.startswith("#"):

@@ -178,3 +178,21 @@ def test_demo_writes_results(tmp_path, capsys):
     again = simulate(replay, "lru", doc["capacities"][0])
     assert again.hits == row["hits"]
     assert "s3fifo" in out and "results.json" in out
+
+
+def test_progress_bar_on_a_terminal_only(small_trace):
+    from rich.console import Console
+
+    from sitsprof.cli.policy import run_with_progress
+
+    trace = read_trace(small_trace)
+    screen = io.StringIO()
+    tty = Console(file=screen, force_terminal=True, width=100)
+    shown = run_with_progress(trace, ["lru", "fifo"], [50, 500], show=True, console=tty)
+    assert "done fifo @ 500" in screen.getvalue() and "4/4" in screen.getvalue()
+    pipe = io.StringIO()
+    quiet = run_with_progress(trace, ["lru", "fifo"], [50, 500], show=True, console=Console(file=pipe))
+    assert pipe.getvalue() == ""
+    assert [r.hits for r in shown] == [r.hits for r in quiet] == [
+        simulate(trace, p, c).hits for p in ("lru", "fifo") for c in (50, 500)
+    ]

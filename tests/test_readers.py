@@ -5,6 +5,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sitsprof.policies.errors import TraceFormatError
 from sitsprof.policies.readers import (
@@ -309,3 +311,23 @@ def test_format_sniffing_by_content(tmp_path):
     csv.write_text("timestamp,obj_id\n0,1\n")
     assert detect_format(jsonl) == "mooncake" and read_trace(jsonl).n_requests == 1
     assert detect_format(csv) == "csv" and len(read_trace(csv)) == 1
+
+
+def test_csv_with_byte_order_mark(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes("timestamp,obj_id\n0,4\n1,4\n".encode("utf-8-sig"))
+    assert read_trace(path).block.tolist() == [0, 0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2**64 - 1) | st.sampled_from([0, 1, 2]), min_size=1, max_size=60))
+def test_oracle_round_trip_property(tmp_path_factory, ids):
+    path = tmp_path_factory.mktemp("prop") / "p.oracleGeneral"
+    write_oracle_general(path, np.array(ids, dtype=np.uint64))
+    raw = np.fromfile(path, dtype=ORACLE_DTYPE)
+    assert raw["next_access_vtime"].tolist() == _brute_next(ids).tolist()
+    trace = read_trace(path)
+    assert trace.original_id.view(np.uint64).tolist() == ids
+    # dense ids: equal exactly where the original ids are equal, numbered by first appearance
+    first = {}
+    assert trace.block.tolist() == [first.setdefault(x, len(first)) for x in ids]
