@@ -28,12 +28,12 @@ TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 
 _BASE_LAYOUT = {
-    "margin": {"l": 70, "r": 20, "t": 40, "b": 55},
+    "margin": {"l": 70, "r": 10, "t": 30, "b": 55},
     "font": {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12},
     "paper_bgcolor": "#ffffff",
     "plot_bgcolor": "#ffffff",
     "hovermode": "closest",
-    "legend": {"orientation": "h", "y": -0.2},
+    "legend": {"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "font": {"size": 11}},
     "colorway": PALETTE,
     "xaxis": {"gridcolor": "#e5e5e5", "zeroline": False, "automargin": True},
     "yaxis": {"gridcolor": "#e5e5e5", "zeroline": False, "automargin": True},

@@ -1,0 +1,45 @@
+"""`sitsprof calibrate` and `sitsprof report`: wiring only (the work is in sitsprof.reports)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("calibrate")
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("calibration.json"), show_default=True, help="Calibration file to write (schema v1).")
+@click.option("--allow-incomplete", is_flag=True,
+              help="Write what an unfinished or partial run has (the missing parts are recorded in the file).")
+@click.option("--name", default=None, help="Calibration name (default: measured-HOST-RUN).")
+def calibrate_cmd(run_dir: Path, output: Path, allow_incomplete: bool, name: str | None) -> None:
+    """Fill a calibration file from a measured RUN_DIR (refuses incomplete runs unless told)."""
+    from sitsprof.reports.fromrun import calibrate
+
+    path, cal = calibrate(run_dir, output, allow_incomplete=allow_incomplete, name=name)
+    hbm = cal["latency"]["hbm"]["quantiles"]
+    click.echo(f"wrote {path} ({cal['name']}: HBM p50 {hbm['p50']:.0f} cycles at {cal['clocks']['sm_mhz']:.0f} MHz, "
+               f"HBM read {cal['bandwidth']['hbm_read_gbs']:.0f} GB/s)")
+    for part in cal["provenance"].get("incomplete", []):
+        click.echo(f"  missing: {part}", err=True)
+
+
+@click.command("report")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("report.html"), show_default=True, help="HTML file to write (self-contained).")
+@click.option("--policy-results", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="JSON from the policy engine (SimResult.to_dict rows, optional 'decisions') to add.")
+@click.option("--detail", "detail_limit", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="With several runs, how many get full detail sections (outliers first).")
+def report_cmd(run_dirs: tuple[Path, ...], output: Path, policy_results: Path | None, detail_limit: int) -> None:
+    """Write one self-contained HTML report for RUN_DIR... (several runs: a fleet comparison)."""
+    from sitsprof.reports.report import write_report
+
+    path = write_report(run_dirs, output, policy_results_path=policy_results, detail_limit=detail_limit)
+    size = path.stat().st_size / 1e6
+    click.echo(f"wrote {path} ({size:.1f} MB, {len(run_dirs)} run{'s' if len(run_dirs) > 1 else ''})")
+
+
+COMMANDS = [calibrate_cmd, report_cmd]

@@ -1,0 +1,193 @@
+"""Fill a calibration file (schema v1, `reports/calibration.py`) from a measured run directory.
+
+What comes from the run: per-tier latency quantiles and histograms (cycles), HBM read/write/
+copy bandwidth, the loaded-latency curve of the HBM-missing chase (with its queueing fit), the
+replacement delay per load level, and provenance (run id, host, device UUID, clocks, tool
+version). What a run cannot measure, the dense BF16 compute rate the cost model prices
+recomputation with, is copied from the shipped `hopper-published` reference with its citation
+and said so in `provenance.missing.compute`.
+
+An incomplete run (meta.json `complete: false`, or a probe part or tier absent) is refused with
+the list of what is missing, unless `allow_incomplete`; even then the HBM latency and the SM
+clock are needed (the cost model cannot run without them).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+from .analysis import Distribution, RunAnalysis, analyze_run
+from .calibration import SCHEMA, SCHEMA_VERSION, TIERS, load_calibration, write_calibration
+
+#: distributions.quantile_label -> calibration quantile key
+QKEYS = {"p50": "p50", "p90": "p90", "p99": "p99", "p99.9": "p999"}
+#: Tiers a complete ladder is expected to show (l2_far and tlb_miss depend on the device/sweep).
+EXPECTED_TIERS = ("l1", "l2_near", "hbm")
+PROBE_PARTS = {"latency": "latency ladder", "tlb": "TLB sweep", "bandwidth": "bandwidth", "loaded": "loaded latency"}
+
+
+class IncompleteRunError(Exception):
+    """The run lacks what a calibration needs; the message lists the missing parts."""
+
+    exit_code = 2
+
+
+def _quantiles(summary: dict) -> dict:
+    return {key: float(summary[label]) for label, key in QKEYS.items() if label in summary}
+
+
+def _latency_entry(dist: Distribution, note: str = "") -> dict:
+    entry = {"unit": "cycles", "quantiles": _quantiles(dist.summary),
+             "histogram": {"edges": [float(e) for e in dist.hist_edges], "counts": [int(c) for c in dist.hist_counts]},
+             "samples": int(dist.summary["count"])}
+    if note:
+        entry["note"] = note
+    return entry
+
+
+def missing_parts(res: RunAnalysis) -> list[str]:
+    """Human-readable list of what this run lacks for a full calibration."""
+    out = []
+    if not res.complete:
+        out.append(f"the run did not finish (status {res.status!r}, meta.json complete: false)")
+    for part, label in PROBE_PARTS.items():
+        if part in res.missing:
+            out.append(f"{label}: {res.missing[part]}")
+    if "latency" not in res.missing:
+        found = {t.name for t in res.tiers}
+        for tier in EXPECTED_TIERS:
+            if tier not in found:
+                out.append(f"tier {tier}: not found in the latency ladder")
+    if res.sm_mhz is None:
+        out.append("SM clock: meta.json records no SM clock (clocks.applied.sm_mhz or sm_clock_mhz)")
+    return out
+
+
+def calibration_from_run(run, allow_incomplete: bool = False, name: str | None = None) -> dict:
+    """A schema-v1 calibration dict from a run directory (path, RunDirectory or RunAnalysis)."""
+    res = run if isinstance(run, RunAnalysis) else analyze_run(run)
+    missing = missing_parts(res)
+    if missing and not allow_incomplete:
+        raise IncompleteRunError(
+            f"{res.path}: cannot calibrate from an incomplete run; missing: " + "; ".join(missing)
+            + " (rerun the missing probes, or pass --allow-incomplete to write what there is)")
+    hbm = res.tier("hbm")
+    if hbm is None or res.sm_mhz is None:
+        raise IncompleteRunError(
+            f"{res.path}: even with --allow-incomplete a calibration needs the HBM latency tier and the SM clock; "
+            "missing: " + "; ".join(m for m in missing if "hbm" in m or "SM clock" in m or "ladder" in m))
+
+    reference = load_calibration(None)
+    dev = res.device
+    meta = res.meta
+    clocks_meta = meta.get("clocks") if isinstance(meta.get("clocks"), dict) else {}
+    why_missing: dict[str, str] = {}
+    latency: dict[str, dict | None] = {}
+    for tier in TIERS:
+        t = res.tier(tier)
+        if t is not None:
+            latency[tier] = _latency_entry(t.dist, f"footprints {t.footprint_lo}-{t.footprint_hi} bytes")
+        elif tier == "tlb_miss" and res.tlb_miss is not None:
+            latency[tier] = _latency_entry(res.tlb_miss[1], res.tlb_miss[0])
+        else:
+            latency[tier] = None
+            why_missing[tier] = f"no {tier} tier in this run's latency ladder or TLB sweep"
+
+    bandwidth: dict = {}
+    if res.bandwidth is not None:
+        from .analysis import column
+
+        kcol, gcol = column(res.bandwidth, "kernel"), column(res.bandwidth, "achieved_gbs")
+        best = res.bandwidth.groupby(kcol)[gcol].max()
+        for kernel, key in (("read", "hbm_read_gbs"), ("write", "hbm_write_gbs"), ("copy", "hbm_copy_gbs")):
+            if kernel in best and best[kernel] > 0:
+                bandwidth[key] = float(best[kernel])
+        if "memcpy" in best:
+            bandwidth["note"] = f"cudaMemcpy device-to-device in the same run: {float(best['memcpy']):.1f} GB/s"
+    if "hbm_read_gbs" not in bandwidth:
+        bandwidth = {k: v for k, v in reference["bandwidth"].items() if k in ("hbm_read_gbs", "hbm_write_gbs")}
+        bandwidth["note"] = "NOT MEASURED by this run: HBM bandwidth copied from the hopper-published reference"
+        why_missing["bandwidth"] = "no bandwidth probe in the run; hbm_read/write_gbs copied from hopper-published"
+
+    curves = []
+    if res.loaded is not None and len(res.loaded):
+        for access, tier, label in (("hbm", "hbm", "HBM-missing chase under a bandwidth saturator"),):
+            sub = res.loaded[res.loaded["access"] == access].sort_values("bandwidth_fraction")
+            points, last = [], -1.0
+            for _, row in sub.iterrows():
+                frac = float(row["bandwidth_fraction"])
+                if frac <= last or row["p50"] <= 0:
+                    continue
+                points.append({"bandwidth_fraction": frac, "quantiles": _quantiles(row.to_dict()),
+                               "samples": int(row["count"])})
+                last = frac
+            if points:
+                curve = {"tier": tier, "unit": "cycles", "access": label, "points": points}
+                fit = res.loaded_fits.get((access, "p50"))
+                if fit is not None:
+                    curve["fit_p50"] = fit.to_dict()
+                curves.append(curve)
+    else:
+        why_missing["loaded_latency"] = "no loaded-latency probe in the run"
+
+    sources = [s for s in reference["provenance"]["sources"] if s["id"] == reference["compute"]["source"]]
+    why_missing["compute"] = ("a run does not measure compute: bf16_dense_tflops and achieved_fraction copied "
+                              "from the hopper-published reference")
+    run_id = str(meta.get("run_id") or res.name)
+    calibration = {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "name": name or (f"measured-{res.name}" if res.host == res.name else f"measured-{res.host}-{res.name}"),
+        "measured": True,
+        "label": ("SYNTHETIC: built from a generated run, not a measurement" if res.synthetic
+                  else f"measured by sitsprof on {res.host}"),
+        "device": {k: dev[k] for k in ("name", "uuid", "pci_bus_id", "compute_capability", "sm_count",
+                                       "l2_bytes", "memory_bytes") if k in dev} or {"name": "unknown"},
+        "clocks": {"sm_mhz": float(res.sm_mhz), "locked": bool(clocks_meta.get("locked", False))},
+        "provenance": {
+            "kind": "measured",
+            "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "run": run_id,
+            "run_path": str(Path(res.path).resolve()),
+            "host": res.host,
+            "device_uuid": dev.get("uuid"),
+            "tool_version": meta.get("tool_version"),
+            "run_status": res.status,
+            "clocks": clocks_meta,
+            "clock_drift": res.clock or None,
+            "sources": sources,
+            "missing": why_missing,
+            "incomplete": missing,
+        },
+        "latency": latency,
+        "bandwidth": bandwidth,
+        "loaded_latency": curves,
+        "compute": dict(reference["compute"]),
+    }
+    if "name" not in calibration["device"]:
+        calibration["device"]["name"] = "unknown"
+    if res.synthetic:
+        calibration["synthetic"] = True
+    mem = clocks_meta.get("applied", {}).get("memory_mhz") if isinstance(clocks_meta.get("applied"), dict) else None
+    if isinstance(mem, (int, float)) and mem > 0:
+        calibration["clocks"]["memory_mhz"] = float(mem)
+    if res.replacement and res.replacement_baseline is not None:
+        frac = {}
+        if res.loaded is not None:
+            sub = res.loaded[res.loaded["access"] == "retouch"]
+            frac = dict(zip(sub["level"], sub["bandwidth_fraction"]))
+        calibration["replacement_delay"] = {
+            "unit": "cycles", "baseline": res.replacement_baseline[0],
+            "baseline_cycles": float(res.replacement_baseline[1]),
+            "levels": [{"level": int(level), "bandwidth_fraction": float(frac.get(level, float("nan"))),
+                        "quantiles": {QKEYS[k]: float(v) for k, v in d.summary.items() if k in QKEYS},
+                        "mean": float(d.summary["mean"]), "samples": int(d.summary["count"])}
+                       for level, d in sorted(res.replacement.items())],
+        }
+    return calibration
+
+
+def calibrate(run_path, out, allow_incomplete: bool = False, name: str | None = None) -> tuple[Path, dict]:
+    """Analyse `run_path`, validate and write the calibration to `out`; returns (path, calibration)."""
+    calibration = calibration_from_run(run_path, allow_incomplete=allow_incomplete, name=name)
+    return write_calibration(calibration, out), calibration

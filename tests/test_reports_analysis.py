@@ -1,0 +1,95 @@
+"""Run-directory analysis on a synthetic run written through RunDirectory (no GPU)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sitsprof.collectors.rundir import RunDirectory, open_run
+from sitsprof.reports.analysis import analyze_run, sorted_groups
+from sitsprof.reports.synthetic import make_synthetic_run
+
+
+@pytest.fixture(scope="module")
+def run_path(tmp_path_factory):
+    return make_synthetic_run(tmp_path_factory.mktemp("runs"), "node-a", seed=3, samples=60_000).path
+
+
+@pytest.fixture(scope="module")
+def res(run_path):
+    return analyze_run(run_path)
+
+
+def test_sorted_groups_contiguous_and_interleaved():
+    keys = np.array([3, 3, 1, 1, 1, 2])
+    vals = np.array([5.0, 4.0, 9.0, np.nan, 7.0, 1.0])
+    got = sorted_groups(keys, vals)
+    assert [k for k, _ in got] == [1, 2, 3]
+    assert [v.tolist() for _, v in got] == [[7.0, 9.0], [1.0], [4.0, 5.0]]
+    inter = sorted_groups(np.array([1, 2, 1, 2]), np.array([4.0, 3.0, 2.0, 1.0]))
+    assert [(k, v.tolist()) for k, v in inter] == [(1, [2.0, 4.0]), (2, [1.0, 3.0])]
+
+
+def test_ladder_quantiles_are_exact(res, run_path):
+    frame = open_run(run_path).read_table("latency")
+    fp = int(res.ladder["footprint_bytes"].iloc[5])
+    want = np.quantile(frame.loc[frame["footprint_bytes"] == fp, "latency_cycles"].to_numpy(), [0.5, 0.99])
+    row = res.ladder[res.ladder["footprint_bytes"] == fp].iloc[0]
+    assert [row["p50"], row["p99"]] == list(want)
+    assert res.ladder["count"].sum() == len(frame)
+
+
+def test_tiers_found_from_the_data(res):
+    names = [t.name for t in res.tiers]
+    assert names == ["l1", "l2_near", "l2_far", "hbm"]
+    medians = {t.name: t.dist.summary["p50"] for t in res.tiers}
+    assert medians["l1"] == pytest.approx(33, rel=0.05)
+    assert medians["l2_near"] == pytest.approx(282, rel=0.05)
+    assert medians["hbm"] == pytest.approx(648, rel=0.05)
+    hbm = res.tier("hbm")
+    assert hbm.dist.hist_counts.sum() == hbm.dist.summary["count"]
+    assert res.to_ns(hbm.dist.summary["p50"]) == pytest.approx(hbm.dist.summary["p50"] / 1.98)
+
+
+def test_tlb_steps_and_tlb_miss(res):
+    strides = {s["stride_bytes"] for s in res.tlb_steps}
+    assert strides == {2 << 20, 32 << 20}
+    first = [s for s in res.tlb_steps if s["stride_bytes"] == 2 << 20][0]
+    assert 4 << 30 < first["step_at_bytes"] <= 16 << 30 and first["size"] == pytest.approx(95, rel=0.2)
+    assert res.tlb_miss is not None and res.tlb_miss[1].summary["p50"] == pytest.approx(743, rel=0.03)
+
+
+def test_loaded_fit_and_replacement_delay(res):
+    fit = res.loaded_fits[("hbm", "p50")]
+    assert fit.l0 == pytest.approx(648, rel=0.03) and fit.u_max == pytest.approx(0.97, rel=0.03)
+    assert fit.r2 > 0.99
+    levels = sorted(res.replacement)
+    assert len(levels) == 10
+    p50 = [res.replacement[lv].summary["p50"] for lv in levels]
+    assert abs(p50[0]) < 5 and all(b >= a for a, b in zip(p50, p50[1:]))
+    assert res.replacement_baseline[0].startswith("L2-near")
+
+
+def test_samplers_and_clock_drift(res):
+    assert set(res.samplers) == {"nvml", "gpm"}
+    xs, ys = res.samplers["nvml"]["sm_clock_mhz"]
+    assert xs.size <= 1500 and ys.size == xs.size
+    assert 0 < res.clock["max_drift_pct"] < 2 and res.clock["min_mhz"] < res.clock["max_mhz"]
+    assert [p["name"] for p in res.phases] == ["latency", "tlb", "bandwidth", "loaded"]
+
+
+def test_partial_and_unfinished_run(tmp_path):
+    run = make_synthetic_run(tmp_path, "partial", samples=20_000, parts=("latency",), complete=False)
+    res = analyze_run(open_run(run.path))
+    assert not res.complete and res.status == "running"
+    assert set(res.missing) == {"tlb", "bandwidth", "loaded"}
+    assert res.tiers and res.loaded is None
+
+
+def test_unknown_columns_are_reported_not_fatal(tmp_path):
+    import pandas as pd
+
+    run = RunDirectory.create(tmp_path, "odd")
+    run.write_table("latency", pd.DataFrame({"size": [1, 2], "cycles": [3.0, 4.0]}))
+    run.finish()
+    res = analyze_run(run.path)
+    assert "footprint" in res.missing["latency"] and res.ladder is None
