@@ -16,6 +16,7 @@ import click
 COMMAND_MODULES: list[str] = [
     "sitsprof.cli.policy",
     "sitsprof.cli.demo",
+    "sitsprof.cli.report",
 ]
 
 
