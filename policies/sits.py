@@ -436,13 +436,7 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=65536, initi
     and the cost model assumes full blocks of the default model; use `run` with the Trace
     for time windows, stacks and the event log.
     """
-    n = len(block)
-    req = np.repeat(np.arange(len(req_offsets) - 1, dtype=np.int64), np.diff(req_offsets))
-    position = (np.arange(n, dtype=np.int64) - req_offsets[:-1][req]).astype(np.int32)
-    trace = Trace(time=np.zeros(n), request=req, block=np.asarray(block, dtype=np.int32),
-                  original_id=np.asarray(block, dtype=np.int64), position=position,
-                  tokens=np.full(n, 512, dtype=np.int32), tenant=np.full(n, -1, dtype=np.int32),
-                  n_blocks=int(n_blocks))
+    trace = _contract_trace(block, req_offsets, n_blocks)
     gate = None
     if threshold:
         from .threshold import ThresholdEngine
@@ -451,3 +445,14 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=65536, initi
     result = run(trace, int(capacity), window_s=0.0, window_refs=int(window_refs), initial=initial, hit_out=hit,
                  gate=gate)
     return result.evictions, result.max_resident
+
+
+def _contract_trace(block, req_offsets, n_blocks) -> Trace:
+    """A Trace from what the engine contract passes: full 512-token blocks, all at t=0."""
+    n = len(block)
+    req = np.repeat(np.arange(len(req_offsets) - 1, dtype=np.int64), np.diff(req_offsets))
+    position = (np.arange(n, dtype=np.int64) - req_offsets[:-1][req]).astype(np.int32)
+    return Trace(time=np.zeros(n), request=req, block=np.asarray(block, dtype=np.int32),
+                 original_id=np.asarray(block, dtype=np.int64), position=position,
+                 tokens=np.full(n, 512, dtype=np.int32), tenant=np.full(n, -1, dtype=np.int32),
+                 n_blocks=int(n_blocks))

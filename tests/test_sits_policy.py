@@ -118,7 +118,7 @@ def test_controller_obeys_the_matrix():
     ctl = Controller(SitsConfig(adapt=False), behaviour=SCAN)
     # score cell, score 0.6*7/8 + 0.4*100/200 = 0.725 >= 0.5 and lead .09 > margin: migrate
     assert ctl.decide(0, 0.0, 7.0, 100.0, 1.0, lead, 1000) == RECENCY
-    assert ctl.events[-1] | {} and ctl.events[-1]["to"] == "recency"
+    assert ctl.events[-1]["action"] == "migrate" and ctl.events[-1]["to"] == "recency"
     ctl = Controller(SitsConfig(), behaviour=SCAN)
     assert ctl.decide(0, 0.0, 7.0, 180.0, 1.0, {RECENCY: 11, SCAN: 10}, 1000) == RECENCY  # migrate cell
     ctl = Controller(SitsConfig(), behaviour=SCAN)

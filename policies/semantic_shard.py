@@ -1,0 +1,233 @@
+"""Semantic shard cache: requests grouped into shards, each shard an LRU with its own slots.
+
+Shard key (``shard_key``):
+- ``first-block`` (default): the request's first block id, i.e. its system prompt / root;
+- ``tenant`` or ``stack``: the trace's tenant / model-stack column;
+- ``embedding``: cosine similarity of text embeddings, for traces that carry request texts;
+  the embedder is a callable given by the caller (off by default; nothing is downloaded).
+  Requests join the first shard whose centroid has similarity >= ``similarity`` (0.8).
+Keys map onto at most ``shards`` (16) shards by hash (embedding clusters beyond that wrap).
+
+Capacity: shards start with equal slots; after every window (``window_s`` of trace time) the
+slots are rebalanced in proportion to each shard's decayed reference count (at least one
+slot each), and shards above their new size evict from their LRU tail.
+
+TTL: an entry is valid while ``now - last access < ttl_s`` (180 s of trace time by default);
+an expired entry is a miss and is dropped (counted as an expiry, not an eviction). Expired
+entries sit at an LRU tail, so they are dropped from the tails as shards are touched.
+
+A block lives in the shard that inserted it; a request of another shard that finds it
+resident hits (counted as a cross-shard hit).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from numba import njit
+
+from ._structs import NIL, move_to_head, new_lists, pop_tail, push_head, unlink
+from .errors import PolicyEngineError
+from .trace import Trace
+
+NAME = "semantic-shard"
+DESCRIPTION = "Semantic shard cache: per-shard LRU slots rebalanced by demand, TTL expiry (180 s), shard eviction counts"
+SHARD_KEYS = ("first-block", "tenant", "stack", "embedding")
+
+
+@njit(cache=True)
+def _drop(prev, nxt, head, tail, size, owner, s, x):
+    unlink(prev, nxt, head, tail, s, x)
+    size[s] -= 1
+    owner[x] = -1
+
+
+@njit(cache=True)
+def _expire_tail(prev, nxt, head, tail, size, owner, last_t, s, now, ttl):
+    dropped = 0
+    x = tail[s]
+    while x != NIL and now - last_t[x] >= ttl:
+        _drop(prev, nxt, head, tail, size, owner, s, x)
+        dropped += 1
+        x = tail[s]
+    return dropped
+
+
+@njit(cache=True)
+def replay_shards(block, shard, now, lo, hi, prev, nxt, head, tail, size, cap, owner, last_t, ttl,
+                  hit, evicted, expired, cross):
+    for i in range(lo, hi):
+        b = block[i]
+        s = shard[i]
+        t = now[i]
+        o = owner[b]
+        if o >= 0:
+            if t - last_t[b] < ttl:
+                hit[i] = 1
+                move_to_head(prev, nxt, head, tail, o, b)
+                last_t[b] = t
+                if o != s:
+                    cross[0] += 1
+                continue
+            _drop(prev, nxt, head, tail, size, owner, o, b)
+            expired[o] += 1
+        hit[i] = 0
+        expired[s] += _expire_tail(prev, nxt, head, tail, size, owner, last_t, s, t, ttl)
+        while size[s] >= cap[s] and size[s] > 0:
+            x = pop_tail(prev, nxt, head, tail, s)
+            size[s] -= 1
+            owner[x] = -1
+            evicted[s] += 1
+        push_head(prev, nxt, head, tail, s, b)
+        size[s] += 1
+        owner[b] = s
+        last_t[b] = t
+
+
+@njit(cache=True)
+def shrink(prev, nxt, head, tail, size, cap, owner, last_t, now, ttl, evicted, expired):
+    """Bring every shard within its slots: expired tails first, then LRU evictions."""
+    for s in range(size.shape[0]):
+        expired[s] += _expire_tail(prev, nxt, head, tail, size, owner, last_t, s, now, ttl)
+        while size[s] > cap[s]:
+            x = pop_tail(prev, nxt, head, tail, s)
+            size[s] -= 1
+            owner[x] = -1
+            evicted[s] += 1
+
+
+def embedding_shards(texts, embedder, similarity: float = 0.8) -> np.ndarray:
+    """Leader clustering of request texts by cosine similarity of `embedder(texts)` rows."""
+    if embedder is None:
+        raise PolicyEngineError("shard key 'embedding' needs an embedder (none is loaded by default)")
+    vectors = np.asarray(embedder(list(texts)), dtype=np.float64)
+    if vectors.ndim != 2 or len(vectors) != len(texts):
+        raise PolicyEngineError(f"the embedder returned shape {vectors.shape}, expected ({len(texts)}, dim)")
+    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    centroids: list[np.ndarray] = []
+    labels = np.zeros(len(vectors), dtype=np.int64)
+    for i, v in enumerate(vectors):
+        sims = [float(c @ v) for c in centroids]
+        best = int(np.argmax(sims)) if sims else -1
+        if best >= 0 and sims[best] >= similarity:
+            labels[i] = best
+        else:
+            centroids.append(v)
+            labels[i] = len(centroids) - 1
+    return labels
+
+
+def request_keys(trace: Trace, shard_key: str = "first-block", texts=None, embedder=None,
+                 similarity: float = 0.8) -> np.ndarray:
+    """One key per request."""
+    if shard_key not in SHARD_KEYS:
+        raise PolicyEngineError(f"shard key {shard_key!r} unknown; choose from {', '.join(SHARD_KEYS)}")
+    first = trace.request_offsets[:-1]
+    if shard_key == "first-block":
+        return trace.block[first].astype(np.int64)
+    if shard_key in ("tenant", "stack"):
+        tenant = trace.tenant[first].astype(np.int64)
+        if len(tenant) and np.all(tenant < 0):
+            raise PolicyEngineError(f"shard key {shard_key!r}: this trace names no tenant or stack "
+                                    "(use --shard-key first-block, or a trace with a tenant column)")
+        return tenant
+    if texts is None:
+        raise PolicyEngineError("shard key 'embedding': this trace carries no request texts")
+    if len(texts) != trace.n_requests:
+        raise PolicyEngineError(f"shard key 'embedding': {len(texts)} texts for {trace.n_requests} requests")
+    return embedding_shards(texts, embedder, similarity)
+
+
+def _shard_of(keys: np.ndarray, shards: int) -> np.ndarray:
+    h = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
+    return (h % np.uint64(shards)).astype(np.int64)
+
+
+def allocate(capacity: int, demand: np.ndarray) -> np.ndarray:
+    """Slots per shard in proportion to demand, at least one each, summing to <= capacity."""
+    k = len(demand)
+    if capacity < k:
+        raise PolicyEngineError(f"capacity {capacity} is below the {k} shards (one slot each at least); use fewer --shards")
+    spare = capacity - k
+    total = float(demand.sum())
+    share = demand / total if total > 0 else np.full(k, 1.0 / k)
+    extra = np.floor(share * spare).astype(np.int64)
+    left = spare - int(extra.sum())
+    if left > 0:
+        order = np.argsort(-(share * spare - extra), kind="stable")[:left]
+        extra[order] += 1
+    return extra + 1
+
+
+def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int = 16, ttl_s: float = 180.0,
+        window_s: float = 60.0, memory: float = 0.5, texts=None, embedder=None, similarity: float = 0.8,
+        hit_out=None, calibration=None, model: str = "qwen2-72b", miss: str = "recompute"):
+    """Replay `trace` through the semantic shard cache; a SimResult with shard figures in ``extra``."""
+    from .costmodel import CostModel
+    from .engine import _Prepared, _summarise, check_capacity
+    from .sits import window_bounds
+    from .tenancy import ctcci
+
+    capacity = check_capacity(capacity)
+    if shards < 1:
+        raise PolicyEngineError(f"shards {shards} must be at least 1")
+    if ttl_s <= 0:
+        raise PolicyEngineError(f"ttl {ttl_s} s must be positive")
+    prep = _Prepared(trace)
+    block, n = prep.block, len(prep.block)
+    keys = request_keys(trace, shard_key, texts, embedder, similarity)
+    req_shard = _shard_of(keys, shards) if shard_key != "embedding" else keys % shards
+    shard = req_shard[np.asarray(trace.request, dtype=np.int64)] if n else np.zeros(0, np.int64)
+    now = np.ascontiguousarray(trace.time, dtype=np.float64)
+    prev, nxt, head, tail = new_lists(prep.n_blocks, shards)
+    size = np.zeros(shards, dtype=np.int64)
+    cap = allocate(capacity, np.zeros(shards))
+    owner = np.full(max(prep.n_blocks, 1), -1, dtype=np.int64)
+    last_t = np.zeros(max(prep.n_blocks, 1), dtype=np.float64)
+    evicted = np.zeros(shards, dtype=np.int64)
+    expired = np.zeros(shards, dtype=np.int64)
+    cross = np.zeros(1, dtype=np.int64)
+    hit = prep.hit
+    hit.fill(0)
+    demand = np.zeros(shards)
+    bounds = window_bounds(trace, window_s, 1 << 62)
+    events = []
+    max_resident = 0
+    start = time.perf_counter()
+    for w in range(len(bounds) - 1):
+        lo, hi = int(bounds[w]), int(bounds[w + 1])
+        before = evicted.sum()
+        replay_shards(block, shard, now, lo, hi, prev, nxt, head, tail, size, cap, owner, last_t,
+                      float(ttl_s), hit, evicted, expired, cross)
+        max_resident = max(max_resident, int(size.sum()))
+        demand = demand * memory + np.bincount(shard[lo:hi], minlength=shards)
+        cap = allocate(capacity, demand)
+        shrink(prev, nxt, head, tail, size, cap, owner, last_t, float(now[hi - 1]), float(ttl_s), evicted, expired)
+        events.append({"event": "rebalance", "window": w, "time": float(now[hi - 1]),
+                       "hit_ratio": float(hit[lo:hi].mean()), "evictions": int(evicted.sum() - before),
+                       "slots": cap.tolist()})
+    seconds = time.perf_counter() - start
+    if hit_out is not None:
+        hit_out[:n] = hit
+    span = float(now[-1] - now[0]) if n else 0.0
+    total_evicted = int(evicted.sum())
+    result = _summarise(prep, NAME, capacity, hit, total_evicted, max_resident, seconds, {})
+    result.extra.update(
+        shard_key=shard_key, shards=shards, ttl_s=ttl_s, window_s=window_s,
+        shard_evictions=evicted.tolist(), shard_expirations=expired.tolist(), cross_shard_hits=int(cross[0]),
+        semantic_cache_hit_ratio=result.block_hit_ratio,
+        shard_eviction_rate=total_evicted / span if span > 0 else 0.0,
+        cost=CostModel(calibration, model=model, miss=miss).summarize(trace, hit),
+        tenancy=ctcci(trace, hit), events=events,
+    )
+    return result
+
+
+def KERNEL(block, req_offsets, n_blocks, capacity, hit, shards=16):
+    """Engine-contract entry point: no trace time reaches it, so TTL and windows cannot apply;
+    use `run` with the Trace. Here every reference is at t=0 (nothing expires), one window."""
+    from .sits import _contract_trace
+
+    trace = _contract_trace(block, req_offsets, n_blocks)
+    result = run(trace, int(capacity), shards=int(shards), hit_out=hit)
+    return result.evictions, result.max_resident

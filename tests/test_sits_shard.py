@@ -1,0 +1,161 @@
+"""Semantic shard cache: TTL expiry at the right trace time, per-shard slots and rebalancing,
+shard eviction counts, the optional embedder; CTCCI on a crafted two-tenant trace."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sitsprof.policies import lru, semantic_shard as ss
+from sitsprof.policies.errors import PolicyEngineError
+from sitsprof.policies.readers import trace_from_ids, trace_from_requests
+from sitsprof.policies.tenancy import alert_threshold, ctcci, isolate, level
+
+
+def _refs(ids, times, **kw):
+    hit = np.zeros(len(ids), dtype=np.uint8)
+    r = ss.run(trace_from_ids(np.array(ids), times=np.array(times, dtype=float)), kw.pop("capacity", 10),
+               shards=1, hit_out=hit, **kw)
+    return hit.tolist(), r
+
+
+def test_ttl_expires_exactly_at_180_seconds():
+    assert _refs([7, 7], [0.0, 179.999])[0] == [0, 1]
+    hits, r = _refs([7, 7], [0.0, 180.0])
+    assert hits == [0, 0]
+    assert r.extra["shard_expirations"] == [1] and r.evictions == 0
+
+
+def test_ttl_counts_from_the_last_access():
+    assert _refs([7, 7, 7], [0.0, 9.0, 18.0], ttl_s=10.0)[0] == [0, 1, 1]
+    assert _refs([7, 7], [0.0, 10.0], ttl_s=10.0)[0] == [0, 0]
+
+
+def test_expired_entries_free_slots_without_evictions():
+    hits, r = _refs([1, 2, 3, 4], [0.0, 0.0, 200.0, 200.0], capacity=2)
+    assert hits == [0, 0, 0, 0]
+    assert r.evictions == 0 and r.extra["shard_expirations"] == [2]
+    hits, r = _refs([1, 2, 3], [0.0, 0.0, 1.0], capacity=2)
+    assert r.evictions == 1 and r.extra["shard_evictions"] == [1]
+
+
+def test_one_shard_without_ttl_is_lru():
+    rng = np.random.default_rng(3)
+    ids = rng.zipf(1.2, 20_000) % 3_000
+    trace = trace_from_ids(ids, times=np.zeros(len(ids)))
+    hit = np.zeros(len(ids), dtype=np.uint8)
+    ss.run(trace, 300, shards=1, hit_out=hit)
+    ref = np.zeros(len(ids), dtype=np.uint8)
+    lru.KERNEL(np.ascontiguousarray(trace.block), trace.request_offsets, np.int64(trace.n_blocks), np.int64(300), ref)
+    assert np.array_equal(hit, ref)
+
+
+def test_allocation_is_proportional_with_one_slot_minimum():
+    slots = ss.allocate(100, np.array([90.0, 10.0, 0.0]))
+    assert slots.sum() == 100 and slots.min() >= 1
+    # one slot each, then the 97 spare by largest remainder: 87.3 -> 87, 9.7 -> 10, 0
+    assert slots.tolist() == [88, 11, 1]
+    assert ss.allocate(10, np.zeros(4)).sum() == 10
+    with pytest.raises(PolicyEngineError, match="below the 4 shards"):
+        ss.allocate(3, np.zeros(4))
+
+
+def _two_stacks(n=600):
+    """Stack 0 references many blocks, stack 1 few; one request per second."""
+    rng = np.random.default_rng(0)
+    hash_ids, tenant = [], []
+    for i in range(n):
+        heavy = i % 4 != 0
+        hash_ids.append([int(rng.integers(0, 400)) if heavy else 10_000 + int(rng.integers(0, 5))])
+        tenant.append(0 if heavy else 1)
+    return trace_from_requests(hash_ids, arrival_ms=np.arange(n) * 1000.0, input_tokens=[512] * n,
+                               tenant=tenant, tenant_names=("big", "small"))
+
+
+def test_slots_follow_demand_and_shard_evictions_are_counted():
+    trace = _two_stacks()
+    r = ss.run(trace, 100, shard_key="stack", shards=2, window_s=60.0)
+    first, last = r.extra["events"][0]["slots"], r.extra["events"][-1]["slots"]
+    assert sum(last) == 100
+    big = int(np.argmax(last))
+    assert last[big] >= 70  # three quarters of the references
+    assert sum(r.extra["shard_evictions"]) == r.evictions > 0
+    assert r.extra["shard_evictions"][big] > r.extra["shard_evictions"][1 - big]
+    assert r.extra["shard_eviction_rate"] == pytest.approx(r.evictions / 599.0)
+    assert r.extra["semantic_cache_hit_ratio"] == r.block_hit_ratio
+
+
+def test_embedding_shards_group_similar_texts():
+    vectors = {"math a": [1, 0, 0], "math b": [0.95, 0.05, 0], "poem": [0, 1, 0], "code": [0, 0, 1]}
+    labels = ss.embedding_shards(list(vectors), lambda texts: [vectors[t] for t in texts])
+    assert labels[0] == labels[1] and len(set(labels.tolist())) == 3
+    trace = trace_from_ids(np.arange(4))
+    keys = ss.request_keys(trace, "embedding", texts=list(vectors), embedder=lambda t: [vectors[x] for x in t])
+    assert keys.tolist() == labels.tolist()
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"shard_key": "embedding"}, "no request texts"),
+    ({"shard_key": "embedding", "texts": ["a"]}, "needs an embedder"),
+    ({"shard_key": "tenant"}, "names no tenant"),
+    ({"shard_key": "colour"}, "unknown"),
+    ({"ttl_s": 0}, "ttl"),
+])
+def test_bad_shard_settings_are_one_line_errors(kwargs, message):
+    with pytest.raises(PolicyEngineError, match=message) as info:
+        ss.run(trace_from_ids(np.array([5])), 10, **kwargs)
+    assert info.value.exit_code == 2
+
+
+# ---------------------------------------------------------------------------- CTCCI
+
+
+def _lru_hits(trace, capacity=100):
+    hit = np.zeros(len(trace), dtype=np.uint8)
+    lru.KERNEL(np.ascontiguousarray(trace.block), trace.request_offsets, np.int64(trace.n_blocks),
+               np.int64(capacity), hit)
+    return hit
+
+
+def _tenants(hash_ids, tenant):
+    return trace_from_requests(hash_ids, arrival_ms=[0] * len(hash_ids), input_tokens=[512 * len(h) for h in hash_ids],
+                               tenant=tenant, tenant_names=("alice", "bob"))
+
+
+def test_ctcci_on_a_crafted_two_tenant_trace():
+    # alice [1,2,3]; bob [1,2,4] hits alice's 1 and 2; alice [1,4] hits her own 1 and bob's 4
+    trace = _tenants([[1, 2, 3], [1, 2, 4], [1, 4]], [0, 1, 0])
+    hit = _lru_hits(trace)
+    assert hit.tolist() == [0, 0, 0, 1, 1, 0, 1, 1]
+    out = ctcci(trace, hit)
+    assert out["cross_tenant_hits"] == 3 and out["accesses"] == 8
+    assert out["ctcci"] == pytest.approx(3 / 8)
+    assert out["level"] == "heavy" and out["alert"] and out["alert_threshold"] == 0.08
+    assert out["per_tenant"] == {"alice": {"accesses": 5, "cross_tenant_hits": 1},
+                                 "bob": {"accesses": 3, "cross_tenant_hits": 2}}
+
+
+def test_owner_is_the_tenant_that_last_inserted():
+    # capacity 1: bob's 2 evicts alice's 1; bob then re-inserts 1, so alice's later hit is cross-tenant
+    trace = _tenants([[1], [2], [1], [1]], [0, 1, 1, 0])
+    hit = _lru_hits(trace, capacity=1)
+    assert hit.tolist() == [0, 0, 0, 1]
+    assert ctcci(trace, hit)["cross_tenant_hits"] == 1
+
+
+def test_isolation_turns_cross_tenant_hits_into_misses():
+    trace = _tenants([[1, 2, 3], [1, 2, 4], [1, 4]], [0, 1, 0])
+    isolated = isolate(trace)
+    hit = _lru_hits(isolated)
+    assert hit.tolist() == [0, 0, 0, 0, 0, 0, 1, 0]
+    assert ctcci(isolated, hit)["ctcci"] == 0.0
+
+
+@pytest.mark.parametrize("index,name", [(0.0, "light"), (0.0499, "light"), (0.05, "medium"), (0.1999, "medium"),
+                                        (0.2, "heavy"), (1.0, "heavy")])
+def test_ctcci_levels(index, name):
+    assert level(index) == name
+
+
+def test_alert_thresholds_by_tenant_count():
+    assert alert_threshold(2) == alert_threshold(99) == 0.08
+    assert alert_threshold(100) == alert_threshold(1000) == 0.03
