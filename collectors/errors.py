@@ -14,3 +14,12 @@ class RunDirectoryError(CollectorError):
 
 class SamplerError(CollectorError):
     """A sampler that cannot start (bad interval, missing backend)."""
+
+
+class WorkloadFailed(CollectorError):
+    """The recorded command failed; sitsprof exits with its status (128+N for signal N)."""
+
+    def __init__(self, command, returncode: int):
+        self.exit_code = returncode if returncode > 0 else 128 - returncode
+        how = f"status {returncode}" if returncode > 0 else f"signal {-returncode}"
+        super().__init__(f"the recorded command {command[0]!r} exited with {how} (the run directory is complete)")

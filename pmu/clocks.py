@@ -290,7 +290,7 @@ def _raise_terminated(signum, frame):
 
 
 @contextmanager
-def _signals_raise():
+def terminate_raises():
     """Turn SIGTERM and SIGHUP into an exception for the duration (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -389,7 +389,7 @@ def locked_clocks(device_index: int = 0, sm="max", memory=None, mode: str = "loc
         return
     path = _state_path(uuid)
     _check_not_held(path, device_index)
-    with _signals_raise():
+    with terminate_raises():
         _write_state(path, _record(device_index, uuid, session.resolved, session.before, persistent=False))
         try:
             apply_clocks(device_index, session.resolved)
@@ -409,3 +409,13 @@ def locked_clocks(device_index: int = 0, sm="max", memory=None, mode: str = "loc
                     raise
                 finally:
                     session.after = read_clocks(device_index)
+
+
+def warn_stale_locks(stream=None) -> None:
+    """Print the stale-lock warning (if any) to stderr; never fails. Hooked into the CLI root."""
+    try:
+        message = stale_lock_warning()
+    except Exception:  # noqa: BLE001 - a warning must never break a command
+        return
+    if message:
+        (stream or sys.stderr).write(f"sitsprof: warning: {message}\n")

@@ -1,0 +1,71 @@
+"""`sitsprof devices`: GPU facts and what sitsprof can measure on each GPU."""
+from __future__ import annotations
+
+import json
+
+import click
+
+
+def _mib(value) -> str:
+    return "-" if value is None else f"{value / 2**20:,.0f} MiB"
+
+
+@click.command("devices")
+@click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON.")
+@click.option("--counters", "show_counters", is_flag=True, help="Also list every catalog counter and whether it reads here.")
+@click.option("--device", "device", type=int, default=None, help="Only this GPU index.")
+def devices(as_json: bool, show_counters: bool, device: int | None) -> None:
+    """GPU facts (name, UUID, clocks, L2, memory...) plus capabilities: clock locking, GPM, CUPTI PM sampling."""
+    from sitsprof.pmu.capabilities import capabilities
+    from sitsprof.pmu.device import device_facts
+    from sitsprof.pmu.nvml import device_count
+
+    indices = [device] if device is not None else list(range(device_count()))
+    entries = []
+    for index in indices:
+        facts = device_facts(index)
+        facts["capabilities"] = capabilities(index, facts)
+        entries.append(facts)
+    if as_json:
+        click.echo(json.dumps(entries, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for facts in entries:
+        caps = facts["capabilities"]
+        clocks = facts["clocks"]
+        table = Table(title=f"GPU {facts['index']}: {facts['name']}", show_header=False)
+        rows = [
+            ("UUID", facts["uuid"]), ("PCI bus id", facts["pci_bus_id"]),
+            ("compute capability", facts["compute_capability"]),
+            ("SMs", str(facts["sm_count"])), ("L2", _mib(facts["l2_bytes"])),
+            ("memory", f"{_mib(facts['memory_bytes'])}, {facts['bus_width_bits']}-bit bus"),
+            ("driver / CUDA", f"{facts['driver']} / {facts['cuda']}"),
+            ("SM clock", f"{clocks['sm_mhz']} MHz now, max {clocks['sm_max_mhz']}, base {clocks['sm_base_mhz']}"),
+            ("memory clock", f"{clocks['memory_mhz']} MHz now, supported {clocks['supported_memory_mhz']}"),
+            ("clock event reasons", ", ".join(facts["clock_event_reasons"] or []) or "none"),
+            ("clock locking", ("yes: " if caps["clock_lock"]["possible"] else "no: ") + caps["clock_lock"]["reason"]),
+            ("GPM", ("yes" if caps["gpm"]["supported"] else "no: " + caps["gpm"]["reason"])),
+            ("CUPTI PM sampling", ("yes: " if caps["cupti_pm_sampling"]["available"] else "no: ")
+             + caps["cupti_pm_sampling"]["reason"]),
+        ]
+        for key, value in rows:
+            table.add_row(key, str(value))
+        console.print(table)
+        if show_counters:
+            counters = Table(title="counters")
+            for column in ("name", "backend", "unit", "min interval", "readable"):
+                counters.add_column(column)
+            notes = []
+            for c in caps["counters"]:
+                interval = "-" if c["min_interval_s"] is None else f"{c['min_interval_s']:g} s"
+                counters.add_row(c["name"], c["backend"], c["unit"], interval, "yes" if c["readable"] else "no")
+                if not c["readable"]:
+                    notes.append(f"{c['name']}: {c['reason']}")
+            console.print(counters)
+            for note in notes:
+                console.print(f"  {note}", highlight=False)
+
+COMMANDS = [devices]

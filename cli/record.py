@@ -1,0 +1,77 @@
+"""`sitsprof record -- COMMAND` (sample a workload into a run directory) and `sitsprof inspect RUN`."""
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command("record", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--duration", default=None, help="Stop after this long (10s, 500ms, 2m); the command gets SIGTERM.")
+@click.option("--out", "parent", default="runs", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for run directories.")
+@click.option("--name", default=None, help="Run directory name (default: run-<UTC time>-<random>).")
+@click.option("--device", type=int, default=0, show_default=True, help="GPU index.")
+@click.option("--clocks", "clock_mode", type=click.Choice(["none", "lock"]), default="none", show_default=True,
+              help="lock: pin clocks for the run and restore them after (root); none: record their drift.")
+@click.option("--sm", default="max", show_default=True, help="SM clock with --clocks lock: max, base, tdp or MHz.")
+@click.option("--memory", default=None, help="Memory clock with --clocks lock: max, base or MHz.")
+@click.option("--interval", default="10ms", show_default=True, help="NVML sampling interval (>= 1ms).")
+@click.option("--gpm/--no-gpm", default=True, show_default=True, help="GPM sampler (Hopper+, every 100 ms; skipped if unsupported).")
+@click.option("--cupti/--no-cupti", default=False, show_default=True, help="CUPTI PM sampler (L2, DRAM; needs cupti-python>=13.3).")
+@click.option("--cupti-interval", default="10us", show_default=True, help="CUPTI PM sampling interval.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def record(duration, parent, name, device, clock_mode, sm, memory, interval, gpm, cupti, cupti_interval, command):
+    """Run COMMAND under the samplers and write a run directory (sitsprof record --duration 10s -- python train.py)."""
+    from sitsprof.collectors.record import parse_duration, record as do_record
+
+    command = list(command)
+    if command and command[0] == "--":
+        command = command[1:]
+    run, result = do_record(
+        command, parse_duration(duration) if duration else None, parent=parent, name=name,
+        device_index=device, clocks=clock_mode, sm=sm, memory=memory,
+        nvml_interval_s=parse_duration(interval), gpm=gpm, cupti=cupti,
+        cupti_interval_ns=int(round(parse_duration(cupti_interval) * 1e9)),
+        require=("cupti_pm",) if cupti else (),
+        on_start=lambda r: click.echo(f"sitsprof: recording into {r.path}", err=True),
+    )
+    for name_, stats in (run.meta.get("samplers") or {}).items():
+        click.echo(f"{name_}: {stats['samples']} samples, {stats['achieved_hz']:.1f} Hz achieved of "
+                   f"{stats['requested_hz']:.1f}, {stats['dropped']} dropped"
+                   + (", OVERFLOW" if stats.get("overflow") else ""))
+    for name_, reason in (run.meta.get("samplers_skipped") or {}).items():
+        click.echo(f"{name_}: skipped: {reason}")
+    click.echo(f"run directory: {run.path} ({run.status})")
+    code = result.get("exit_code")
+    if code and not result.get("timed_out"):
+        from sitsprof.collectors.errors import WorkloadFailed
+
+        raise WorkloadFailed(command, code)
+
+
+@click.command("inspect")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def inspect(run_dir: str, as_json: bool) -> None:
+    """Status, completeness and tables of a run directory (flags runs that did not finish)."""
+    from sitsprof.collectors.rundir import open_run
+
+    run = open_run(run_dir)
+    summary = run.summary()
+    summary["started_at"] = run.meta.get("started_at")
+    summary["ended_at"] = run.meta.get("ended_at")
+    summary["error"] = run.meta.get("error")
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    flag = "complete" if run.complete else f"INCOMPLETE (status: {run.status})"
+    click.echo(f"{run.path}: {flag}")
+    click.echo(f"  started {summary['started_at']}, ended {summary['ended_at'] or '-'}")
+    if summary["error"]:
+        click.echo(f"  error: {summary['error']}")
+    for table, rows in summary["tables"].items():
+        click.echo(f"  {table}: {rows} rows")
+
+
+COMMANDS = [record, inspect]

@@ -1,0 +1,151 @@
+"""Prometheus exporter: NVML (and GPM) gauges named and labelled as dcgm-exporter does.
+
+Metric names follow dcgm-exporter's default counters (`DCGM_FI_DEV_SM_CLOCK`, ...), with its
+labels `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName` and `Hostname`, so existing
+dashboards work; the values come from NVML, read at scrape time. GPM metrics
+(`DCGM_FI_PROF_*`, ratios 0..1) come from a background reader per GPU, since GPM needs two
+samples at least 100 ms apart; they are absent where GPM is not supported.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+
+# name, help, unit conversion from the NVML reading
+_GAUGES = (
+    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)."),
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "Current clock event (throttle) reasons, nvmlClocksEventReason bitmask."),
+)
+_GPM_GAUGES = (
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gpm_dram_bw_util_pct", "Ratio of cycles the device memory interface is active (GPM DRAM_BW_UTIL / 100)."),
+    ("DCGM_FI_PROF_SM_ACTIVE", "gpm_sm_util_pct", "Ratio of cycles an SM has at least one warp assigned (GPM SM_UTIL / 100)."),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "gpm_sm_occupancy_pct", "Ratio of resident warps to the maximum (GPM SM_OCCUPANCY / 100)."),
+)
+LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
+
+
+class _GpmPoller:
+    """Keeps the latest GPM metrics of one GPU, read every `interval_s` (>= 0.1 s)."""
+
+    def __init__(self, index: int, interval_s: float = 1.0):
+        from sitsprof.pmu.gpm import GpmReader
+
+        self.reader = GpmReader(index).open()
+        self.interval_s = max(0.1, interval_s)
+        self.latest: dict = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"sitsprof-gpm-export-{index}", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.latest = self.reader.read()
+            except Exception:  # noqa: BLE001 - a failed read keeps the previous values
+                continue
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.reader.close()
+
+
+class NvmlCollector:
+    """A prometheus_client custom collector reading NVML at scrape time."""
+
+    def __init__(self, devices: list[int] | None = None, gpm: bool = True, gpm_interval_s: float = 1.0):
+        from sitsprof.pmu.nvml import nvml, text
+
+        self.pynvml = nvml()
+        count = self.pynvml.nvmlDeviceGetCount()
+        self.indices = list(range(count)) if devices is None else list(devices)
+        self.hostname = socket.gethostname()
+        self.devices = []
+        self.pollers: dict[int, _GpmPoller] = {}
+        from sitsprof.pmu.nvml import handle
+
+        for index in self.indices:
+            h = handle(index)
+            labels = [str(index), text(self.pynvml.nvmlDeviceGetUUID(h)), text(self.pynvml.nvmlDeviceGetPciInfo(h).busId),
+                      f"nvidia{index}", text(self.pynvml.nvmlDeviceGetName(h)), self.hostname]
+            self.devices.append((index, h, labels))
+            if gpm:
+                from sitsprof.pmu.errors import PmuError
+
+                try:
+                    self.pollers[index] = _GpmPoller(index, gpm_interval_s)
+                except PmuError:
+                    pass
+
+    def _read(self, h) -> dict:
+        p = self.pynvml
+        values = {}
+        readers = {
+            "DCGM_FI_DEV_SM_CLOCK": lambda: p.nvmlDeviceGetClockInfo(h, p.NVML_CLOCK_SM),
+            "DCGM_FI_DEV_MEM_CLOCK": lambda: p.nvmlDeviceGetClockInfo(h, p.NVML_CLOCK_MEM),
+            "DCGM_FI_DEV_GPU_TEMP": lambda: p.nvmlDeviceGetTemperature(h, p.NVML_TEMPERATURE_GPU),
+            "DCGM_FI_DEV_POWER_USAGE": lambda: p.nvmlDeviceGetPowerUsage(h) / 1000.0,
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": lambda: p.nvmlDeviceGetCurrentClocksEventReasons(h),
+        }
+        for name, reader in readers.items():
+            try:
+                values[name] = float(reader())
+            except p.NVMLError:
+                continue
+        try:
+            util = p.nvmlDeviceGetUtilizationRates(h)
+            values["DCGM_FI_DEV_GPU_UTIL"], values["DCGM_FI_DEV_MEM_COPY_UTIL"] = float(util.gpu), float(util.memory)
+        except p.NVMLError:
+            pass
+        try:
+            memory = p.nvmlDeviceGetMemoryInfo(h)
+            values["DCGM_FI_DEV_FB_USED"] = memory.used / 2**20
+            values["DCGM_FI_DEV_FB_FREE"] = memory.free / 2**20
+        except p.NVMLError:
+            pass
+        return values
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        families = {name: GaugeMetricFamily(name, doc, labels=LABELS) for name, doc in _GAUGES}
+        gpm_families = {name: GaugeMetricFamily(name, doc, labels=LABELS) for name, _, doc in _GPM_GAUGES}
+        for index, h, labels in self.devices:
+            for name, value in self._read(h).items():
+                families[name].add_metric(labels, value)
+            poller = self.pollers.get(index)
+            if poller is not None:
+                for name, key, _ in _GPM_GAUGES:
+                    value = poller.latest.get(key)
+                    if value is not None:
+                        gpm_families[name].add_metric(labels, value / 100.0)
+        yield from families.values()
+        yield from (family for family in gpm_families.values() if family.samples)
+
+    def close(self) -> None:
+        for poller in self.pollers.values():
+            poller.close()
+
+
+def serve(port: int = 9400, bind: str = "127.0.0.1", devices=None, gpm: bool = True):
+    """Start the exporter on a daemon thread; returns (server, collector). `server.server_port` is the port."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from sitsprof.collectors.errors import CollectorError
+
+    collector = NvmlCollector(devices, gpm=gpm)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    try:
+        server, _thread = start_http_server(port, addr=bind, registry=registry)
+    except OSError as exc:
+        collector.close()
+        raise CollectorError(f"cannot listen on {bind}:{port}: {exc.strerror or exc}") from None
+    return server, collector

@@ -1,0 +1,76 @@
+"""NVML GPM (GPU Performance Monitoring, Hopper and newer): support check and metric reads.
+
+GPM metrics are computed from two samples taken with `nvmlGpmSampleGet`; NVML wants them at
+least 100 ms apart. GPM has no L2 and no TLB metric (see the counter catalog).
+"""
+from __future__ import annotations
+
+from sitsprof.pmu.catalog import GPM_METRIC_IDS
+from sitsprof.pmu.errors import UnsupportedError
+from sitsprof.pmu.nvml import handle, nvml
+
+MIN_INTERVAL_S = 0.1
+
+
+def gpm_support(index: int = 0) -> tuple[bool, str]:
+    """(supported, reason) for GPU `index`."""
+    pynvml = nvml()
+    h = handle(index)
+    try:
+        support = pynvml.nvmlGpmQueryDeviceSupport(h)
+    except pynvml.NVMLError_FunctionNotFound:
+        return False, "this NVIDIA driver has no GPM (nvmlGpmQueryDeviceSupport is missing; GPM needs driver 520 or newer)"
+    except pynvml.NVMLError_NotSupported:
+        return False, "GPM is not supported on this GPU (it needs Hopper or newer)"
+    except pynvml.NVMLError as exc:
+        return False, f"GPM support query failed: {exc}"
+    if not support.isSupportedDevice:
+        return False, "GPM is not supported on this GPU (it needs Hopper or newer)"
+    return True, "supported"
+
+
+class GpmReader:
+    """Keeps the previous GPM sample; each `read()` returns the metrics since the last one."""
+
+    def __init__(self, index: int = 0, metrics: dict[str, int] | None = None):
+        supported, reason = gpm_support(index)
+        if not supported:
+            raise UnsupportedError(reason)
+        self.pynvml = nvml()
+        self.handle = handle(index)
+        self.metrics = dict(metrics or GPM_METRIC_IDS)
+        self._previous = self._current = None
+
+    def open(self) -> "GpmReader":
+        p = self.pynvml
+        self._previous = p.nvmlGpmSampleAlloc()
+        self._current = p.nvmlGpmSampleAlloc()
+        p.nvmlGpmSampleGet(self.handle, self._previous)
+        return self
+
+    def read(self) -> dict[str, float | None]:
+        p = self.pynvml
+        p.nvmlGpmSampleGet(self.handle, self._current)
+        request = p.c_nvmlGpmMetricsGet_t()
+        request.version = p.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(self.metrics)
+        request.sample1 = self._previous
+        request.sample2 = self._current
+        for i, metric_id in enumerate(self.metrics.values()):
+            request.metrics[i].metricId = metric_id
+        p.nvmlGpmMetricsGet(request)
+        out = {}
+        for i, name in enumerate(self.metrics):
+            metric = request.metrics[i]
+            out[name] = float(metric.value) if metric.nvmlReturn == p.NVML_SUCCESS else None
+        self._previous, self._current = self._current, self._previous
+        return out
+
+    def close(self) -> None:
+        for sample in (self._previous, self._current):
+            if sample is not None:
+                try:
+                    self.pynvml.nvmlGpmSampleFree(sample)
+                except self.pynvml.NVMLError:
+                    pass
+        self._previous = self._current = None
