@@ -16,6 +16,10 @@ import click
 COMMAND_MODULES: list[str] = [
     "sitsprof.cli.policy",
     "sitsprof.cli.demo",
+    "sitsprof.cli.devices",
+    "sitsprof.cli.clocks",
+    "sitsprof.cli.record",
+    "sitsprof.cli.export",
     "sitsprof.cli.report",
 ]
 
@@ -35,6 +39,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """Profile NVIDIA Hopper memory behaviour and replay KV-cache traces through the SITS policies."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    if ctx.invoked_subcommand != "clocks":  # `clocks show/reset` report stale locks themselves
+        from sitsprof.pmu.clocks import warn_stale_locks  # reads a state file only, no NVML
+
+        warn_stale_locks()
 
 
 for _name in COMMAND_MODULES:
