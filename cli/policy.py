@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-FORMAT_CHOICES = ["mooncake", "oracle", "csv"]
+FORMAT_CHOICES = ["mooncake", "oracle", "csv", "requests"]
 DEFAULT_CAPACITIES = "1%,10%,50%"
 
 _CAPACITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM%]?)\s*$")
@@ -202,7 +202,7 @@ def _trace_options(func):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV rows instead of a table.")
 def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as_json, as_csv) -> None:
-    """Replay TRACE (Mooncake JSONL, oracleGeneral or CSV) through each policy at each capacity."""
+    """Replay TRACE (Mooncake JSONL, oracleGeneral, CSV or request JSONL) through each policy at each capacity."""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are alternatives; pick one")
     policies = parse_policies(policy_text)

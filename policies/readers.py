@@ -14,6 +14,11 @@ csv       `timestamp,obj_id[,size][,tenant]`, header optional (with a header the
           come in any order: timestamp|time|ts, obj_id|id|block|block_id, size|obj_size|tokens,
           tenant|model_stack|stack). Each row is one request of one block; timestamp in
           seconds; size (default 1) is the token weight; tenant is any label.
+requests  The DESIGN.md request format, one JSON object a line: `model_stack`,
+          `input_tokens`, `max_new_tokens` (and `request_id`, `priority_class`), plus the
+          block ids to replay, `hash_ids`, and optionally `arrival_ms` and `output_tokens`
+          (what `sitsprof policy generate --as requests` writes). Tenant = model stack.
+          A `.jsonl` file whose first object has `model_stack` is read as this format.
 
 Dense block ids come from one vectorised factorisation (pandas.factorize, first-appearance
 order), never a Python dict per id. Bad input raises `TraceFormatError` naming the file,
@@ -32,7 +37,7 @@ import numpy as np
 from .errors import TraceFormatError
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
-FORMATS: tuple[str, ...] = ("mooncake", "oracle", "csv")
+FORMATS: tuple[str, ...] = ("mooncake", "oracle", "csv", "requests")
 
 # libCacheSim oracleGeneral record; a packed structured dtype is exactly 24 bytes.
 ORACLE_DTYPE = np.dtype(
@@ -43,7 +48,7 @@ assert ORACLE_DTYPE.itemsize == 24
 MAX_SKIP_EXAMPLES = 5
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _INT32_MAX = 2**31 - 1
-_FORMAT_FIX = "pass --format mooncake, oracle or csv"
+_FORMAT_FIX = "pass --format mooncake, oracle, csv or requests"
 
 _SUFFIXES = {
     ".jsonl": "mooncake",
@@ -135,7 +140,7 @@ def detect_format(path) -> str:
         raise TraceFormatError(path, "compressed traces are not read directly", fix="decompress it first")
     for suffix, fmt in _SUFFIXES.items():
         if name.endswith(suffix):
-            return fmt
+            return _sniff_jsonl(path) if fmt == "mooncake" else fmt
     with open(path, "rb") as handle:
         head = handle.read(4096)
     if not head.strip():
@@ -144,11 +149,24 @@ def detect_format(path) -> str:
         return "oracle"
     text = head.lstrip()
     if text.startswith(b"{"):
-        return "mooncake"
+        return _sniff_jsonl(path)
     first_line = text.split(b"\n", 1)[0]
     if b"," in first_line:
         return "csv"
     raise TraceFormatError(path, "cannot tell the trace format from its name or content", fix=_FORMAT_FIX)
+
+
+def _sniff_jsonl(path: Path) -> str:
+    """'requests' when the first JSON object has a `model_stack` field, else 'mooncake'."""
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if raw.strip():
+                try:
+                    first = json.loads(raw)
+                except ValueError:
+                    return "mooncake"  # the reader reports the bad line
+                return "requests" if isinstance(first, dict) and "model_stack" in first else "mooncake"
+    return "mooncake"
 
 
 def read_trace(
@@ -175,6 +193,8 @@ def read_trace(
         return read_mooncake(path, skip_bad_lines=skip_bad_lines, block_tokens=block_tokens)
     if fmt == "oracle":
         return read_oracle(path, skip_bad_lines=skip_bad_lines)
+    if fmt == "requests":
+        return read_requests(path, skip_bad_lines=skip_bad_lines, block_tokens=block_tokens)
     return read_csv(path, skip_bad_lines=skip_bad_lines)
 
 
@@ -205,7 +225,10 @@ def _mooncake_problem(row) -> str | None:
             return f"{name} must be an integer token count, got {value!r}"
         if value < 0:
             return f"negative size: {name} is {value}"
-    ids = row["hash_ids"]
+    return _hash_ids_problem(row["hash_ids"])
+
+
+def _hash_ids_problem(ids) -> str | None:
     if not isinstance(ids, list):
         return f"hash_ids must be a list of integers, got {type(ids).__name__}"
     if not ids:
@@ -218,15 +241,8 @@ def _mooncake_problem(row) -> str | None:
     return None
 
 
-def read_mooncake(path, skip_bad_lines: bool = False, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
-    """Read a Mooncake JSONL trace: one request a line, one reference per hash id."""
-    path = Path(path)
-    bad = _BadLines(path, skip_bad_lines)
-    stamps: list = []
-    inputs: list[int] = []
-    outputs: list[int] = []
-    counts: list[int] = []
-    id_lists: list[list[int]] = []
+def _jsonl_rows(path: Path, bad: _BadLines, problem_of):
+    """The parsed objects of a JSONL file that `problem_of` finds nothing wrong with."""
     loads = json.loads
     with open(path, "rb") as handle:
         for lineno, raw in enumerate(handle, 1):
@@ -238,21 +254,83 @@ def read_mooncake(path, skip_bad_lines: bool = False, block_tokens: int = DEFAUL
                 detail = getattr(exc, "msg", None) or type(exc).__name__
                 bad.bad(lineno, f"not valid JSON ({detail})")
                 continue
-            problem = _mooncake_problem(row)
+            problem = problem_of(row)
             if problem is not None:
                 bad.bad(lineno, problem)
                 continue
-            ids = row["hash_ids"]
-            stamps.append(row["timestamp"])
-            inputs.append(row["input_length"])
-            outputs.append(row["output_length"])
-            counts.append(len(ids))
-            id_lists.append(ids)
-    if not counts:
+            yield row
+
+
+def read_mooncake(path, skip_bad_lines: bool = False, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
+    """Read a Mooncake JSONL trace: one request a line, one reference per hash id."""
+    path = Path(path)
+    bad = _BadLines(path, skip_bad_lines)
+    stamps: list = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    id_lists: list[list[int]] = []
+    for row in _jsonl_rows(path, bad, _mooncake_problem):
+        stamps.append(row["timestamp"])
+        inputs.append(row["input_length"])
+        outputs.append(row["output_length"])
+        id_lists.append(row["hash_ids"])
+    if not id_lists:
         raise bad.empty("requests")
 
     trace = trace_from_requests(
         id_lists, stamps, inputs, outputs, source=str(path), block_tokens=block_tokens
+    )
+    return _with_skips(trace, bad) if bad.count else trace
+
+
+_REQUEST_HASH_FIX = "the request format needs block ids to be replayed; `sitsprof policy generate --as requests` writes them"
+
+
+def _request_problem(row) -> str | None:
+    """Why a parsed DESIGN.md request line is unusable, or None when it is fine."""
+    if not isinstance(row, dict):
+        return f"expected a JSON object, got {type(row).__name__}"
+    for name in ("model_stack", "input_tokens", "max_new_tokens"):
+        if name not in row:
+            return f"missing field {name!r}"
+    if "hash_ids" not in row:
+        return f"missing field 'hash_ids' ({_REQUEST_HASH_FIX})"
+    if not isinstance(row["model_stack"], str) or not row["model_stack"]:
+        return f"model_stack must be a non-empty string, got {row['model_stack']!r}"
+    for name in ("input_tokens", "max_new_tokens", "output_tokens", "arrival_ms"):
+        if name not in row:
+            continue
+        value = row[name]
+        if not (_is_int(value) or (name == "arrival_ms" and type(value) is float and math.isfinite(value))):
+            return f"{name} must be an integer, got {value!r}"
+        if value < 0:
+            return f"negative size: {name} is {value}"
+    return _hash_ids_problem(row["hash_ids"])
+
+
+def read_requests(path, skip_bad_lines: bool = False, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
+    """Read DESIGN.md request JSONL carrying `hash_ids`; tenant = model stack."""
+    import pandas as pd
+
+    path = Path(path)
+    bad = _BadLines(path, skip_bad_lines)
+    stamps: list = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    stacks: list[str] = []
+    id_lists: list[list[int]] = []
+    for row in _jsonl_rows(path, bad, _request_problem):
+        stamps.append(row.get("arrival_ms", 0))
+        inputs.append(row["input_tokens"])
+        outputs.append(row.get("output_tokens", -1))
+        stacks.append(row["model_stack"])
+        id_lists.append(row["hash_ids"])
+    if not id_lists:
+        raise bad.empty("requests")
+    codes, names = pd.factorize(np.asarray(stacks, dtype=object), sort=False)
+    trace = trace_from_requests(
+        id_lists, stamps, inputs, outputs, tenant=codes, tenant_names=tuple(str(n) for n in names),
+        source=str(path), block_tokens=block_tokens,
     )
     return _with_skips(trace, bad) if bad.count else trace
 
@@ -538,6 +616,7 @@ __all__ = [
     "read_csv",
     "read_mooncake",
     "read_oracle",
+    "read_requests",
     "read_trace",
     "trace_from_ids",
     "trace_from_requests",

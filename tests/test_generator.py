@@ -149,3 +149,19 @@ def test_request_format_jsonl(tmp_path):
     assert len({row["request_id"] for row in rows}) == len(rows)
     full = json.loads(write_requests_jsonl(reqs[:1], tmp_path / "one.jsonl").read_text())
     assert full["hash_ids"] == list(reqs[0].hash_ids) and full["arrival_ms"] == reqs[0].arrival_ms
+
+
+def test_request_format_round_trip_keeps_stacks(tmp_path):
+    from sitsprof.policies.errors import TraceFormatError
+
+    reqs = generate_requests(seed=6, duration_s=120)
+    trace = requests_to_trace(reqs)
+    back = read_trace(write_requests_jsonl(reqs, tmp_path / "req.jsonl"))  # detected by its fields
+    for name in ("time", "request", "block", "original_id", "position", "tokens"):
+        assert np.array_equal(getattr(back, name), getattr(trace, name)), name
+    stack_of = lambda t: [t.tenant_names[c] for c in t.tenant.tolist()]  # noqa: E731
+    assert stack_of(back) == stack_of(trace) == [r.model_stack for r in reqs for _ in r.hash_ids]
+    assert back.request_output_tokens.tolist() == [r.output_tokens for r in reqs]
+    bare = write_requests_jsonl(reqs, tmp_path / "bare.jsonl", extras=False)
+    with pytest.raises(TraceFormatError, match=r"bare.jsonl:1: missing field 'hash_ids' \(the request format needs block ids"):
+        read_trace(bare)

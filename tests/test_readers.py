@@ -331,3 +331,26 @@ def test_oracle_round_trip_property(tmp_path_factory, ids):
     # dense ids: equal exactly where the original ids are equal, numbered by first appearance
     first = {}
     assert trace.block.tolist() == [first.setdefault(x, len(first)) for x in ids]
+
+
+REQ = '{"request_id": "r1", "model_stack": "phi-3-mini", "input_tokens": 700, "max_new_tokens": 64, "priority_class": "high", "hash_ids": [4, 5]}'
+
+
+@pytest.mark.parametrize(
+    "line,problem",
+    [
+        (REQ.replace('"input_tokens": 700', '"input_tokens": -1'), "negative size: input_tokens is -1"),
+        (REQ.replace('"model_stack": "phi-3-mini", ', ""), "missing field 'model_stack'"),
+        (REQ.replace('"model_stack": "phi-3-mini"', '"model_stack": 3'), "model_stack must be a non-empty string"),
+        (REQ.replace("[4, 5]", "[4, null]"), "non-integer id None"),
+    ],
+)
+def test_request_format_bad_lines(tmp_path, line, problem):
+    path = tmp_path / "req.jsonl"
+    path.write_text(f"{REQ}\n{line}\n")
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(path, format="requests")
+    assert str(err.value).startswith(f"{path}:2: ") and problem in str(err.value)
+    trace = read_trace(path, skip_bad_lines=True)  # detected as the request format
+    assert trace.skipped_lines == 1 and trace.tenant_names == ("phi-3-mini",)
+    assert trace.tokens.tolist() == [512, 188] and trace.time.tolist() == [0.0, 0.0]
