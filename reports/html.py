@@ -40,13 +40,17 @@ _BASE_LAYOUT = {
 }
 
 
-def plot_text(value: Any) -> str:
+def plot_text(value: Any, limit: int = 40) -> str:
     """A user string made safe for a plotly label (plotly parses a subset of HTML).
 
     Only &, < and > are escaped: plotly decodes those entities back to text but shows
-    ``&quot;`` literally.
+    ``&quot;`` literally. Longer than `limit` characters, it is cut with an ellipsis so a
+    long host name cannot squeeze the plot out of its legend.
     """
-    return _html.escape(str(value), quote=False)
+    text = str(value)
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return _html.escape(text, quote=False)
 
 
 @dataclass

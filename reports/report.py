@@ -326,7 +326,7 @@ def fleet_outliers(values: Sequence[float], z: float = 3.5, min_rel: float = 0.0
         dev = abs(v - med)
         rel = dev / abs(med) if med else (math.inf if dev else 0.0)
         robust = dev / mad if mad > 0 else (math.inf if dev else 0.0)
-        out[i] = robust > z and rel > min_rel
+        out[i] = bool(robust > z and rel > min_rel)
     return out
 
 
@@ -370,6 +370,32 @@ def fleet_section(runs: list[RunAnalysis]) -> tuple[Section, list[int]]:
                            _axis_titles("host", "latency (cycles)"),
                            caption="Orange bars are outlier runs."))
     return Section("Fleet comparison", tables=[table], figures=figs), outlier_runs
+
+
+class ReportInputError(ValueError):
+    """An input file the report cannot use; the message names the file and the problem."""
+
+    exit_code = 2
+
+
+def read_policy_results(path: str | Path) -> Any:
+    """The JSON the policy engine wrote, checked enough to render (see `policy_section`)."""
+    import json
+
+    path = Path(path)
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ReportInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ReportInputError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(payload, (list, dict)):
+        raise ReportInputError(f"{path}: expected a list of policy results or an object with 'results'")
+    rows = payload if isinstance(payload, list) else payload.get("results", [])
+    if not isinstance(rows, list) or any(not isinstance(r, dict) or "policy" not in r for r in rows):
+        raise ReportInputError(f"{path}: each policy result must be an object with at least 'policy' "
+                               "(as SimResult.to_dict writes)")
+    return payload
 
 
 # -- policy results -----------------------------------------------------------------------------
@@ -431,6 +457,7 @@ def policy_section(payload: Any, source: str = "") -> Section:
                          "text": [plot_text(states[i]) for i in changes], "textposition": "top center",
                          "marker": {"symbol": "triangle-up", "size": 10, "color": "#D55E00"}})
         layout = _axis_titles(tkey or "window", "value")
+        layout["xaxis"]["anchor"] = "y2"
         layout["yaxis"]["domain"] = [0.25, 1.0]
         layout["yaxis2"] = {"domain": [0.0, 0.15], "showticklabels": False, "range": [-0.5, 1.5]}
         figs.append(Figure("SITS decision timeline", data, layout, height=420,
@@ -474,12 +501,8 @@ def build_report(runs: list[RunAnalysis], policy_results: Any = None, policy_sou
 def write_report(run_paths: Sequence[str | Path], out: str | Path, policy_results_path: str | Path | None = None,
                  detail_limit: int = 4) -> Path:
     """Analyse each run directory and write one self-contained HTML report; returns its path."""
-    import json
-
+    payload = None if policy_results_path is None else read_policy_results(policy_results_path)
     runs = [analyze_run(p) for p in run_paths]
-    payload = None
-    if policy_results_path is not None:
-        payload = json.loads(Path(policy_results_path).read_text(encoding="utf-8"))
     report = build_report(runs, payload, policy_source=Path(policy_results_path).name if policy_results_path else "",
                           detail_limit=detail_limit)
     return write_html(report, out)
