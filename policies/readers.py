@@ -505,8 +505,86 @@ def _csv_header(path: Path, fields: list[str], lineno: int) -> list[str]:
 
 
 def read_csv(path, skip_bad_lines: bool = False) -> Trace:
-    """Read `timestamp,obj_id[,size][,tenant]` rows (header optional, '#' lines are comments)."""
+    """Read `timestamp,obj_id[,size][,tenant]` rows (header optional, '#' lines are comments).
+
+    A clean file goes through pandas' C parser; anything it does not take as is (a comment,
+    a bad or partial row, a negative size) is read again line by line, which names the line.
+    """
     path = Path(path)
+    fast = _read_csv_fast(path)
+    if fast is not None:
+        return fast
+    return _read_csv_lines(path, skip_bad_lines)
+
+
+def _csv_layout(path: Path) -> tuple[list[str], int] | None:
+    """(columns, lines before the data) from the first line with content; None if unusual."""
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:
+        for lineno, line in enumerate(handle, 1):
+            text = line.strip()
+            if not text:
+                continue
+            if text.startswith("#"):
+                return None
+            fields = [f.strip() for f in text.split(",")]
+            if not _is_number(fields[0]):
+                try:
+                    return _csv_header(path, fields, lineno), lineno
+                except TraceFormatError:
+                    return None
+            if not 2 <= len(fields) <= 4:
+                return None
+            return ["timestamp", "obj_id", "size", "tenant"][: len(fields)], lineno - 1
+    return None
+
+
+def _read_csv_fast(path: Path) -> Trace | None:
+    """The trace when pandas reads the file cleanly and every value is valid, else None."""
+    import pandas as pd
+
+    layout = _csv_layout(path)
+    if layout is None:
+        return None
+    columns, skip = layout
+    dtypes = {"timestamp": np.float64, "obj_id": np.int64, "size": np.int64, "tenant": object}
+    try:
+        frame = pd.read_csv(
+            path, header=None, names=columns, skiprows=skip, dtype={c: dtypes[c] for c in columns},
+            skipinitialspace=True, keep_default_na=False, na_values=[], encoding="utf-8-sig",
+            encoding_errors="replace", engine="c",
+        )
+    except (ValueError, OverflowError, TypeError):  # ParserError is a ValueError
+        return None
+    if frame.empty or frame.isna().to_numpy().any():
+        return None
+    times = frame["timestamp"].to_numpy()
+    if not np.all(np.isfinite(times)) or times.min() < 0:
+        return None
+    sizes = frame["size"].to_numpy() if "size" in frame else np.ones(len(frame), dtype=np.int64)
+    if sizes.min() < 0:
+        return None
+    tenant, names = None, ()
+    if "tenant" in frame:
+        labels = frame["tenant"].astype(str).str.strip().to_numpy(dtype=object)
+        tenant, names = _tenant_codes(labels)
+    return trace_from_ids(
+        frame["obj_id"].to_numpy(), times=times, tokens=np.minimum(sizes, _INT32_MAX).astype(np.int32),
+        tenant=tenant, tenant_names=names, source=str(path),
+    )
+
+
+def _tenant_codes(labels: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Tenant labels -> int32 codes in order of first appearance ("" -> -1) and the names."""
+    import pandas as pd
+
+    labels = labels.copy()
+    labels[labels == ""] = None  # factorize codes missing values as -1
+    codes, uniques = pd.factorize(labels, sort=False)
+    return codes.astype(np.int32), tuple(str(u) for u in uniques)
+
+
+def _read_csv_lines(path: Path, skip_bad_lines: bool) -> Trace:
+    """The line-by-line CSV reader: exact line numbers for every problem."""
     bad = _BadLines(path, skip_bad_lines)
     columns: list[str] | None = None
     times: list[float] = []
@@ -571,13 +649,7 @@ def read_csv(path, skip_bad_lines: bool = False) -> Trace:
     tenant = None
     names: tuple[str, ...] = ()
     if tenants:
-        import pandas as pd
-
-        labels = np.asarray(tenants, dtype=object)
-        labels[labels == ""] = None  # factorize codes missing values as -1
-        codes, uniques = pd.factorize(labels, sort=False)
-        tenant = codes.astype(np.int32)
-        names = tuple(str(u) for u in uniques)
+        tenant, names = _tenant_codes(np.asarray(tenants, dtype=object))
     trace = trace_from_ids(
         np.asarray(ids, dtype=np.int64),
         times=np.asarray(times, dtype=np.float64),

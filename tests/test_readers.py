@@ -354,3 +354,54 @@ def test_request_format_bad_lines(tmp_path, line, problem):
     trace = read_trace(path, skip_bad_lines=True)  # detected as the request format
     assert trace.skipped_lines == 1 and trace.tenant_names == ("phi-3-mini",)
     assert trace.tokens.tolist() == [512, 188] and trace.time.tolist() == [0.0, 0.0]
+
+
+def _same_trace(a, b):
+    for name in ("time", "request", "block", "original_id", "position", "tokens", "tenant"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert a.tenant_names == b.tenant_names
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.floats(min_value=0, max_value=1e9, allow_nan=False),
+            st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.integers(0, 5),
+            st.integers(min_value=0, max_value=2**40),
+            st.sampled_from(["", "qwen2-72b", "phi", "NA", "x y"]),
+        ),
+        min_size=1, max_size=40,
+    ),
+    width=st.integers(2, 4),
+    header=st.booleans(),
+)
+def test_csv_fast_path_equals_line_reader(tmp_path_factory, rows, width, header):
+    from sitsprof.policies import readers
+
+    path = tmp_path_factory.mktemp("csv") / "p.csv"
+    names = ["timestamp", "obj_id", "size", "tenant"][:width]
+    lines = ([",".join(names)] if header else []) + [",".join(map(str, row[:width])) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+    fast = readers._read_csv_fast(path)
+    assert fast is not None
+    _same_trace(fast, readers._read_csv_lines(path, skip_bad_lines=False))
+
+
+def test_csv_fast_path_is_taken_and_falls_back(tmp_path, monkeypatch):
+    from sitsprof.policies import readers
+
+    clean = tmp_path / "clean.csv"
+    clean.write_text("timestamp,obj_id,tenant\n0,1,a\n1,2,b\n2,1,a\n".replace("timestamp,obj_id,tenant", "ts,id,tenant"))
+    messy = tmp_path / "messy.csv"
+    messy.write_text("0,1\n# comment\n1,2\n")
+
+    def no_slow_path(*_args):
+        raise AssertionError("the line reader ran on a clean file")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(readers, "_read_csv_lines", no_slow_path)
+        assert read_trace(clean).tenant_names == ("a", "b")
+        with pytest.raises(AssertionError, match="line reader"):
+            read_trace(messy)
+    assert read_trace(messy).original_id.tolist() == [1, 2]
