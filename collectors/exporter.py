@@ -134,13 +134,13 @@ class NvmlCollector:
             poller.close()
 
 
-def serve(port: int = 9400, bind: str = "127.0.0.1", devices=None, gpm: bool = True):
+def serve(port: int = 9400, bind: str = "127.0.0.1", devices=None, gpm: bool = True, gpm_interval_s: float = 1.0):
     """Start the exporter on a daemon thread; returns (server, collector). `server.server_port` is the port."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     from sitsprof.collectors.errors import CollectorError
 
-    collector = NvmlCollector(devices, gpm=gpm)
+    collector = NvmlCollector(devices, gpm=gpm, gpm_interval_s=gpm_interval_s)
     registry = CollectorRegistry()
     registry.register(collector)
     try:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 from sitsprof.collectors.errors import CollectorError, SamplerError
 from sitsprof.collectors.rundir import RunDirectory
@@ -32,6 +33,8 @@ class Recorder:
 
     def start(self, optional: tuple[str, ...] = ()) -> "Recorder":
         """Start each sampler; one named in `optional` that cannot start is skipped with the reason."""
+        import pyarrow.parquet  # noqa: F401 - imported now, not in the first flush
+
         started = []
         for sampler in self.samplers:
             try:
@@ -163,6 +166,18 @@ def build_samplers(device_index: int = 0, nvml_interval_s: float = 0.01, gpm: bo
     return samplers
 
 
+@contextmanager
+def _meta_on_exit(run: RunDirectory, key: str):
+    """On an exception, store `run.clock_session` (restored or not) before the run is marked."""
+    try:
+        yield
+    except BaseException:
+        session = getattr(run, "clock_session", None)
+        if session is not None:
+            run.update_meta(**{key: session.to_dict()})
+        raise
+
+
 def record(command=None, duration_s: float | None = None, parent="runs", name: str | None = None,
            device_index: int = 0, clocks: str = "none", sm="max", memory=None,
            nvml_interval_s: float = 0.01, gpm: bool = True, cupti: bool = False,
@@ -184,7 +199,8 @@ def record(command=None, duration_s: float | None = None, parent="runs", name: s
     })
     result: dict = {}
     with terminate_raises(), run:
-        with locked_clocks(device_index, sm=sm, memory=memory, mode=clocks) as session:
+        with _meta_on_exit(run, "clocks"), locked_clocks(device_index, sm=sm, memory=memory, mode=clocks) as session:
+            run.clock_session = session
             run.update_meta(clocks=session.to_dict(), clock_sync=clock_sync(device_index if cupti else None))
             samplers = build_samplers(device_index, nvml_interval_s, gpm, cupti=cupti,
                                       cupti_interval_ns=cupti_interval_ns)
@@ -194,9 +210,10 @@ def record(command=None, duration_s: float | None = None, parent="runs", name: s
             if on_start is not None:
                 on_start(run)
             try:
-                result = _run_workload(command, duration_s if duration_s is not None else None)
+                result = _run_workload(command, duration_s)
             finally:
                 stats = recorder.stop()
                 run.update_meta(samplers=stats)
+        # after the lock is released (even on an exception): what was restored, clocks after
         run.update_meta(clocks=session.to_dict(), workload={**run.meta["workload"], **result})
     return run, result
