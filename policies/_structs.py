@@ -2,10 +2,18 @@
 
 Lists live in two flat int32 arrays indexed by dense block id, so a policy needs no objects
 and no allocation per reference. Several lists may share one `prev`/`nxt` pair (a block is
-in at most one of them at a time); list `q` is described by `head[q]` and `tail[q]`.
+in at most one of them at a time).
 
 Orientation follows libCacheSim's queues: new entries go to the *head*, evictions usually
 take the *tail*; `prev[x]` points towards the head, `nxt[x]` towards the tail; -1 ends a list.
+
+Two flavours of the same operations (all inlined into the caller by numba):
+
+- scalar ends, `*_s`: the list's `head` and `tail` are the kernel's local variables, passed
+  in and returned, e.g. `head, tail = push_head_s(prev, nxt, head, tail, x)`. Use these on
+  hot paths: the ends stay in registers. An LRU kernel runs several times faster this way.
+- array ends: list `q` is `head[q]`, `tail[q]` (arrays from `new_lists`), for a kernel that
+  keeps many lists, e.g. one per frequency.
 """
 from __future__ import annotations
 
@@ -25,70 +33,112 @@ def new_lists(n_blocks, n_lists):
     return prev, nxt, head, tail
 
 
-@njit(cache=True)
-def push_head(prev, nxt, head, tail, q, x):
-    """Insert unlinked `x` at the head of list `q`."""
-    h = head[q]
+# ----------------------------------------------------------------- scalar ends (hot paths)
+
+
+@njit(cache=True, inline="always")
+def push_head_s(prev, nxt, head, tail, x):
+    """Insert unlinked `x` at the head; returns the new (head, tail)."""
     prev[x] = NIL
-    nxt[x] = h
-    if h == NIL:
-        tail[q] = x
+    nxt[x] = head
+    if head == NIL:
+        tail = x
     else:
-        prev[h] = x
-    head[q] = x
+        prev[head] = x
+    return x, tail
 
 
-@njit(cache=True)
-def push_tail(prev, nxt, head, tail, q, x):
-    """Insert unlinked `x` at the tail of list `q`."""
-    t = tail[q]
+@njit(cache=True, inline="always")
+def push_tail_s(prev, nxt, head, tail, x):
+    """Insert unlinked `x` at the tail; returns the new (head, tail)."""
     nxt[x] = NIL
-    prev[x] = t
-    if t == NIL:
-        head[q] = x
+    prev[x] = tail
+    if tail == NIL:
+        head = x
     else:
-        nxt[t] = x
-    tail[q] = x
+        nxt[tail] = x
+    return head, x
 
 
-@njit(cache=True)
-def unlink(prev, nxt, head, tail, q, x):
-    """Remove `x` (a member of list `q`) from it."""
+@njit(cache=True, inline="always")
+def unlink_s(prev, nxt, head, tail, x):
+    """Remove member `x`; returns the new (head, tail)."""
     p = prev[x]
     n = nxt[x]
     if p == NIL:
-        head[q] = n
+        head = n
     else:
         nxt[p] = n
     if n == NIL:
-        tail[q] = p
+        tail = p
     else:
         prev[n] = p
     prev[x] = NIL
     nxt[x] = NIL
+    return head, tail
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def move_to_head_s(prev, nxt, head, tail, x):
+    """Move member `x` to the head; returns the new (head, tail)."""
+    # written out rather than unlink + push: numba's nested inlining costs several times
+    # the speed of the LRU kernel
+    if head == x:
+        return head, tail
+    p = prev[x]  # not NIL: x is not the head
+    n = nxt[x]
+    nxt[p] = n
+    if n == NIL:
+        tail = p
+    else:
+        prev[n] = p
+    prev[x] = NIL
+    nxt[x] = head
+    prev[head] = x
+    return x, tail
+
+
+# ----------------------------------------------------------------- array ends (many lists)
+
+
+@njit(cache=True, inline="always")
+def push_head(prev, nxt, head, tail, q, x):
+    """Insert unlinked `x` at the head of list `q`."""
+    head[q], tail[q] = push_head_s(prev, nxt, head[q], tail[q], x)
+
+
+@njit(cache=True, inline="always")
+def push_tail(prev, nxt, head, tail, q, x):
+    """Insert unlinked `x` at the tail of list `q`."""
+    head[q], tail[q] = push_tail_s(prev, nxt, head[q], tail[q], x)
+
+
+@njit(cache=True, inline="always")
+def unlink(prev, nxt, head, tail, q, x):
+    """Remove `x` (a member of list `q`) from it."""
+    head[q], tail[q] = unlink_s(prev, nxt, head[q], tail[q], x)
+
+
+@njit(cache=True, inline="always")
 def pop_tail(prev, nxt, head, tail, q):
     """Remove and return the tail of list `q` (NIL when empty)."""
     x = tail[q]
     if x != NIL:
-        unlink(prev, nxt, head, tail, q, x)
+        head[q], tail[q] = unlink_s(prev, nxt, head[q], tail[q], x)
     return x
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def pop_head(prev, nxt, head, tail, q):
     """Remove and return the head of list `q` (NIL when empty)."""
     x = head[q]
     if x != NIL:
-        unlink(prev, nxt, head, tail, q, x)
+        head[q], tail[q] = unlink_s(prev, nxt, head[q], tail[q], x)
     return x
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def move_to_head(prev, nxt, head, tail, q, x):
     """Move member `x` of list `q` to its head."""
     if head[q] != x:
-        unlink(prev, nxt, head, tail, q, x)
-        push_head(prev, nxt, head, tail, q, x)
+        head[q], tail[q] = move_to_head_s(prev, nxt, head[q], tail[q], x)

@@ -1,8 +1,8 @@
 """Replay a trace through replacement policies and summarise what a serving engine would see.
 
 `simulate(trace, "lru", 10_000)` runs one policy kernel (see docs/CONTRACTS.md) over the
-trace's dense block ids and turns its per-reference hit flags into the figures below, all
-vectorised over numpy arrays (no Python work per reference):
+trace's dense block ids and turns its per-reference hit flags into the figures below in one
+compiled pass over the requests (no Python work per reference, no per-reference temporaries):
 
 block_hit_ratio   hits / references
 token_hit_ratio   tokens carried by hit references / all tokens (`Trace.tokens`)
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 import numpy as np
+from numba import njit
 
 from .errors import CapacityError, PolicyEngineError
 from .registry import get_policy
@@ -128,8 +129,7 @@ class _Prepared:
                 f"{int(self.block.min())}..{int(self.block.max())} (build traces with the readers)"
             )
         self.offsets = np.ascontiguousarray(trace.request_offsets, dtype=np.int64)
-        self.request = np.asarray(trace.request, dtype=np.int64)
-        self.tokens = np.asarray(trace.tokens, dtype=np.int64)
+        self.tokens = np.ascontiguousarray(trace.tokens)
         self.total_tokens = int(self.tokens.sum())
         self.hit = np.zeros(n, dtype=np.uint8)
 
@@ -158,28 +158,40 @@ def _run(prep: _Prepared, module: ModuleType, capacity: int, params: dict) -> Si
     return _summarise(prep, module.NAME, capacity, hit, int(evictions), int(max_resident), seconds, params)
 
 
+@njit(cache=True)
+def _request_stats(hit, offsets, tokens):
+    """Per-request hits, hits inside each request's leading run of hits, and hit tokens."""
+    n_requests = offsets.shape[0] - 1
+    request_hits = np.zeros(n_requests, dtype=np.int64)
+    prefix_hits = 0
+    hit_tokens = 0
+    for r in range(n_requests):
+        count = 0
+        leading = True
+        for i in range(offsets[r], offsets[r + 1]):
+            if hit[i]:
+                count += 1
+                hit_tokens += tokens[i]
+                if leading:
+                    prefix_hits += 1
+            else:
+                leading = False
+        request_hits[r] = count
+    return request_hits, prefix_hits, hit_tokens
+
+
 def _summarise(prep, name, capacity, hit, evictions, max_resident, seconds, params) -> SimResult:
     n = len(hit)
-    hits_cum = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(hit, out=hits_cum[1:])
-    offsets = prep.offsets
-    request_hits = hits_cum[offsets[1:]] - hits_cum[offsets[:-1]]
-    hits = int(hits_cum[-1])
-    # A hit is part of its request's cached prefix when no miss precedes it in the request:
-    # misses before i (i - hits before i) equal the misses before the request's first reference.
-    index = np.arange(n, dtype=np.int64)
-    misses_before = index - hits_cum[:-1]
-    start = offsets[prep.request]
-    in_prefix = (hit != 0) & (misses_before == start - hits_cum[start])
-    hit_tokens = int(prep.tokens[hit != 0].sum())
+    request_hits, prefix_hits, hit_tokens = _request_stats(hit, prep.offsets, prep.tokens)
+    hits = int(request_hits.sum())
     return SimResult(
         policy=name,
         capacity=capacity,
         references=n,
         hits=hits,
         block_hit_ratio=hits / n if n else 0.0,
-        token_hit_ratio=hit_tokens / prep.total_tokens if prep.total_tokens else 0.0,
-        prefix_hit_ratio=int(in_prefix.sum()) / n if n else 0.0,
+        token_hit_ratio=int(hit_tokens) / prep.total_tokens if prep.total_tokens else 0.0,
+        prefix_hit_ratio=int(prefix_hits) / n if n else 0.0,
         evictions=evictions,
         max_resident=max_resident,
         request_hits=request_hits,

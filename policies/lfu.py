@@ -9,23 +9,29 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, new_lists, pop_head, push_tail, unlink
+from ._structs import NIL, new_lists, push_tail_s, unlink_s
 
 NAME = "lfu"
 DESCRIPTION = "Least frequently used, FIFO among equal counts, counts forgotten on eviction"
 
 
 @njit(cache=True)
-def _grow(ends, size):
-    out = np.full(size, NIL, dtype=np.int32)
-    out[: ends.shape[0]] = ends
-    return out
+def _max_references(block, n_blocks):
+    """The most references any one block gets: the highest frequency a block can reach."""
+    count = np.zeros(max(n_blocks, 1), dtype=np.int32)
+    most = 0
+    for i in range(block.shape[0]):
+        c = count[block[i]] + 1
+        count[block[i]] = c
+        if c > most:
+            most = c
+    return most
 
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit):
-    # list f holds the resident blocks with frequency f; grown on demand
-    prev, nxt, head, tail = new_lists(n_blocks, 64)
+    # list f holds the resident blocks with frequency f
+    prev, nxt, head, tail = new_lists(n_blocks, _max_references(block, n_blocks) + 2)
     freq = np.zeros(max(n_blocks, 1), dtype=np.int32)  # 0 = not resident
     min_freq = 1
     max_freq = 1
@@ -37,12 +43,9 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit):
         f = freq[b]
         if f > 0:
             hit[i] = 1
-            unlink(prev, nxt, head, tail, f, b)
+            head[f], tail[f] = unlink_s(prev, nxt, head[f], tail[f], b)
             f += 1
-            if f >= head.shape[0]:
-                head = _grow(head, 2 * head.shape[0])
-                tail = _grow(tail, 2 * tail.shape[0])
-            push_tail(prev, nxt, head, tail, f, b)
+            head[f], tail[f] = push_tail_s(prev, nxt, head[f], tail[f], b)
             freq[b] = f
             if f > max_freq:
                 max_freq = f
@@ -51,7 +54,8 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit):
             continue
         hit[i] = 0
         if n_resident >= capacity:
-            victim = pop_head(prev, nxt, head, tail, min_freq)
+            victim = head[min_freq]
+            head[min_freq], tail[min_freq] = unlink_s(prev, nxt, victim, tail[min_freq], victim)
             freq[victim] = 0
             n_resident -= 1
             evictions += 1
@@ -61,7 +65,7 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit):
                     g += 1
                 if g <= max_freq:
                     min_freq = g
-        push_tail(prev, nxt, head, tail, 1, b)
+        head[1], tail[1] = push_tail_s(prev, nxt, head[1], tail[1], b)
         freq[b] = 1
         min_freq = 1
         n_resident += 1

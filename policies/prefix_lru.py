@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, new_lists, pop_head, push_tail, unlink
+from ._structs import NIL, new_lists, push_tail_s, unlink_s
 
 NAME = "prefix_lru"
 DESCRIPTION = "vLLM prefix cache: free queue of finished requests' blocks, tail blocks first"
@@ -30,7 +30,8 @@ _FREE = 2
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit):
     # the free queue: evict from the head, release to the tail
-    prev, nxt, head, tail = new_lists(n_blocks, 1)
+    prev, nxt, _, _ = new_lists(n_blocks, 1)
+    head = tail = np.int32(NIL)
     state = np.zeros(max(n_blocks, 1), dtype=np.uint8)
     n_resident = 0
     evictions = 0
@@ -44,14 +45,15 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit):
             if s != _ABSENT:
                 hit[i] = 1
                 if s == _FREE:
-                    unlink(prev, nxt, head, tail, 0, b)
+                    head, tail = unlink_s(prev, nxt, head, tail, b)
                     state[b] = _IN_USE
                 continue
             hit[i] = 0
             if n_resident >= capacity:
-                victim = pop_head(prev, nxt, head, tail, 0)
+                victim = head
                 if victim == NIL:
                     continue  # every resident block is pinned by this request
+                head, tail = unlink_s(prev, nxt, head, tail, victim)
                 state[victim] = _ABSENT
                 n_resident -= 1
                 evictions += 1
@@ -62,6 +64,6 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit):
         for i in range(end - 1, start - 1, -1):
             b = block[i]
             if state[b] == _IN_USE:
-                push_tail(prev, nxt, head, tail, 0, b)
+                head, tail = push_tail_s(prev, nxt, head, tail, b)
                 state[b] = _FREE
     return evictions, max_resident

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, new_lists, push_head, unlink
+from ._structs import NIL, new_lists, push_head_s, unlink_s
 
 NAME = "sieve"
 DESCRIPTION = "SIEVE: FIFO queue with a visited bit and a hand that sifts from tail to head"
@@ -17,34 +17,30 @@ DESCRIPTION = "SIEVE: FIFO queue with a visited bit and a hand that sifts from t
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit):
-    prev, nxt, head, tail = new_lists(n_blocks, 1)
-    resident = np.zeros(max(n_blocks, 1), dtype=np.uint8)
-    visited = np.zeros(max(n_blocks, 1), dtype=np.uint8)
-    hand = NIL
+    prev, nxt, _, _ = new_lists(n_blocks, 1)
+    head = tail = hand = np.int32(NIL)
+    # 0: not resident, 1: resident, 2: resident and visited
+    state = np.zeros(max(n_blocks, 1), dtype=np.uint8)
     n_resident = 0
     evictions = 0
-    max_resident = 0
     for i in range(block.shape[0]):
         b = block[i]
-        if resident[b]:
+        if state[b]:
             hit[i] = 1
-            visited[b] = 1
+            state[b] = 2
             continue
         hit[i] = 0
         if n_resident >= capacity:
-            obj = hand if hand != NIL else tail[0]
-            while visited[obj]:
-                visited[obj] = 0
-                obj = prev[obj] if prev[obj] != NIL else tail[0]
+            obj = hand if hand != NIL else tail
+            while state[obj] == 2:
+                state[obj] = 1
+                obj = prev[obj] if prev[obj] != NIL else tail
             hand = prev[obj]
-            unlink(prev, nxt, head, tail, 0, obj)
-            resident[obj] = 0
-            n_resident -= 1
+            head, tail = unlink_s(prev, nxt, head, tail, obj)
+            state[obj] = 0
             evictions += 1
-        push_head(prev, nxt, head, tail, 0, b)
-        resident[b] = 1
-        visited[b] = 0
-        n_resident += 1
-        if n_resident > max_resident:
-            max_resident = n_resident
-    return evictions, max_resident
+        else:
+            n_resident += 1
+        head, tail = push_head_s(prev, nxt, head, tail, b)
+        state[b] = 1
+    return evictions, n_resident

@@ -143,3 +143,12 @@ def test_prefix_lru_takes_a_rereferenced_block_off_the_free_queue():
     # back at the end. C=[2,3]: 2 takes the free slot, 3 evicts the front, now 0, not 1.
     trace = requests_trace([[0, 1], [1], [2, 3], [1], [0]])
     assert hit_flags(trace, "prefix_lru", 3) == [0, 0, 1, 0, 0, 1, 0]
+
+
+def test_lfu_and_sieve_differ():
+    # DESIGN.md's libCacheSim figures for LFU and SIEVE coincide on the Mooncake trace; they
+    # are still different policies. Capacity 2: 0 and 1 are each hit once; 2 evicts 0 in both.
+    # Then 3 arrives: LFU evicts 2 (frequency 1), SIEVE's hand has cleared 1's bit and evicts 1.
+    trace = trace_from_ids(np.array([0, 0, 1, 1, 2, 3, 1]))
+    assert hit_flags(trace, "lfu", 2) == [0, 1, 0, 1, 0, 0, 1]
+    assert hit_flags(trace, "sieve", 2) == [0, 1, 0, 1, 0, 0, 0]
