@@ -62,4 +62,9 @@ class Trace:
     @property
     def request_offsets(self) -> np.ndarray:
         """CSR offsets: references of request r are [offsets[r], offsets[r+1])."""
-        return np.searchsorted(self.request, np.arange(self.n_requests + 1), side="left").astype(np.int64)
+        # Counting references per request is O(n), a few times faster than a binary search
+        # per request on multi-million-reference traces; the same offsets for sorted requests.
+        offsets = np.zeros(self.n_requests + 1, dtype=np.int64)
+        if len(self.request):
+            np.cumsum(np.bincount(self.request, minlength=self.n_requests), out=offsets[1:])
+        return offsets

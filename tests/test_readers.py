@@ -405,3 +405,16 @@ def test_csv_fast_path_is_taken_and_falls_back(tmp_path, monkeypatch):
         with pytest.raises(AssertionError, match="line reader"):
             read_trace(messy)
     assert read_trace(messy).original_id.tolist() == [1, 2]
+
+
+def test_request_offsets_are_csr_offsets():
+    rng = np.random.default_rng(2)
+    sizes = rng.integers(1, 6, size=300)
+    trace = trace_from_ids(rng.integers(0, 50, size=int(sizes.sum())))
+    trace = type(trace)(**{**trace.__dict__, "request": np.repeat(np.arange(300), sizes)})
+    offsets = trace.request_offsets
+    assert offsets.dtype == np.int64 and offsets[0] == 0 and offsets[-1] == len(trace)
+    assert offsets.tolist() == np.searchsorted(trace.request, np.arange(301)).tolist()
+    assert np.diff(offsets).tolist() == sizes.tolist()
+    one = trace_from_ids([7])
+    assert one.request_offsets.tolist() == [0, 1]
