@@ -18,6 +18,10 @@ MODULES: tuple[str, ...] = (
     "fifo",
     "lfu",
     "sieve",
+    "lirs",
+    "arc",
+    "s3fifo",
+    "twoq",
     "prefix_lru",
 )
 
