@@ -8,22 +8,23 @@ Three model stacks share one KV-cache block pool; each is a `StackSpec`:
 stack           context   prompts  prompt     first user  follow-up output max_new  sessions
                 (tokens)  (count)  (tokens)   (median)    (median)  (med.) (tokens) (per s)
 ==============  ========  =======  =========  ==========  ========  =====  =======  =======
-qwen2-72b       131,072   4        1500-4000  12,000      300       400    1024     0.25 
-deepseek-v2     131,072   6        800-2500   1,500       600       600    2048     0.80 
-phi-3-mini      4,096     3        200-600    150         120       120    256      3.00 
+qwen2-72b       131,072   4        1500-4000  12,000      300       400    1024     0.25
+deepseek-v2     131,072   6        800-2500   1,500       600       600    2048     0.80
+phi-3-mini      4,096     3        200-600    150         120       120    256      3.00
 ==============  ========  =======  =========  ==========  ========  =====  =======  =======
 
 * Sessions of each stack start as a Poisson process (`session_rate` per second) over
   `duration_s`; each picks one of the stack's system prompts with probability proportional
   to 1/(rank+1) (a few prompts dominate, as in production), and has a geometric number of
   turns (mean `mean_turns`: 3 / 5 / 2).
-* User messages and outputs are log-normal (median as in the table, sigma `user_sigma` /
-  `output_sigma`), outputs clipped to [1, max_new_tokens].
-* Turn t+1 arrives after turn t's decode time (`output / decode_tps`) plus an exponential
-  think time (`think_s`: 60 / 30 / 10 s). Its prompt is the whole conversation so far:
+* User messages and outputs are log-normal (median as in the table; sigma `user_sigma`
+  .8 / .9 / .7 and `output_sigma` .6 / .7 / .6), outputs clipped to [1, max_new_tokens].
+* Turn t+1 arrives after turn t's decode time (`output / decode_tps`, 25 / 40 / 120 tok/s)
+  plus an exponential think time (`think_s`: 60 / 30 / 10 s). Its prompt is the whole conversation so far:
   system prompt + every earlier user message and output + the new user message. A session
   ends when the next prompt plus `max_new_tokens` would pass the context window, or when
   its next turn would arrive after `duration_s`.
+* `scale` multiplies every session rate (more concurrent sessions, the same shape).
 * Priority classes (high/normal/low) are drawn per request with per-stack weights:
   qwen2-72b .2/.5/.3, deepseek-v2 .3/.6/.1, phi-3-mini .7/.3/0.
 
