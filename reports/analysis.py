@@ -73,7 +73,8 @@ class Distribution:
         summary = summarize(srt).to_dict()
         xs, ps = cdf_points(srt, CDF_POINTS, sorted_values=srt)
         # Log-spaced bins: equal relative resolution for a peak and its long tail.
-        edges, counts = histogram(srt, bins=HIST_BINS, log=summary["count"] > 0 and summary["min"] > 0)
+        edges, counts = histogram(srt, bins=HIST_BINS, log=summary["count"] > 0 and summary["min"] > 0,
+                                  presorted=True)
         return cls(summary, xs, ps, edges, counts)
 
 
@@ -181,8 +182,10 @@ def _ladder(res: RunAnalysis, frame) -> None:
                             l2_bytes=int(l2) if isinstance(l2, (int, float)) and l2 > 0 else None)
     for seg in segments:
         parts = [groups[i][1] for i in range(seg.start, seg.stop)]
-        values = np.concatenate(parts) if parts else np.array([], dtype=np.float32)
-        res.tiers.append(Tier(seg.name, seg.label, seg.footprint_lo, seg.footprint_hi, Distribution.of(values)))
+        # Merging sorted runs: the stable sort (timsort/radix) is near linear here.
+        values = np.sort(np.concatenate(parts), kind="stable") if parts else np.array([], dtype=np.float32)
+        res.tiers.append(Tier(seg.name, seg.label, seg.footprint_lo, seg.footprint_hi,
+                              Distribution.of(values, presorted=True)))
 
 
 def _tlb(res: RunAnalysis, frame) -> None:
@@ -207,7 +210,8 @@ def _tlb(res: RunAnalysis, frame) -> None:
                 parts = [v for fp, v in samples[int(stride)]
                          if fp >= step.step_at_bytes and (end is None or fp <= end)]
                 res.tlb_miss = (f"TLB sweep, stride {int(stride)} bytes, footprints from {step.step_at_bytes} bytes "
-                                "(first latency step: HBM plus a TLB miss)", Distribution.of(np.concatenate(parts)))
+                                "(first latency step: HBM plus a TLB miss)",
+                                Distribution.of(np.sort(np.concatenate(parts), kind="stable"), presorted=True))
 
 
 def _bandwidth(res: RunAnalysis, frame) -> None:
@@ -226,16 +230,22 @@ def _loaded(res: RunAnalysis, frame) -> None:
 
     lcol, fcol, acol = column(frame, "level"), column(frame, "fraction"), column(frame, "access")
     latcol = column(frame, "latency")
+    gbs = column(frame, "achieved_gbs", required=False)
+    means = frame.groupby([acol, lcol], sort=True)[[fcol] + ([gbs] if gbs else [])].mean()
+    codes, names = pd.factorize(frame[acol], sort=True)
+    key = codes.astype(np.int64) * (1 << 32) + frame[lcol].to_numpy().astype(np.int64)
     rows = []
-    for (access, level), sub in frame.groupby([acol, lcol], sort=True):
-        values = np.sort(sub[latcol].to_numpy())
-        dist = Distribution.of(values, presorted=True)
-        res.loaded_dists[(str(access), int(level))] = dist
-        rows.append({"access": str(access), "level": int(level),
-                     "bandwidth_fraction": float(sub[fcol].mean()), **_quantile_row(values)})
-        gbs = column(sub, "achieved_gbs", required=False)
+    retouch_sorted = {}
+    for k, values in sorted_groups(key, frame[latcol].to_numpy()):
+        access, level = str(names[k >> 32]), int(k & 0xFFFFFFFF)
+        res.loaded_dists[(access, level)] = Distribution.of(values, presorted=True)
+        mean = means.loc[(names[k >> 32], level)]
+        rows.append({"access": access, "level": level, "bandwidth_fraction": float(mean[fcol]),
+                     **_quantile_row(values)})
         if gbs:
-            rows[-1]["achieved_gbs"] = float(sub[gbs].mean())
+            rows[-1]["achieved_gbs"] = float(mean[gbs])
+        if access == "retouch":
+            retouch_sorted[level] = values
     res.loaded = pd.DataFrame(rows)
     for access, sub in res.loaded.groupby("access"):
         for q in ("p50", "p99"):
@@ -255,8 +265,8 @@ def _loaded(res: RunAnalysis, frame) -> None:
                                         float(idle["p50"]))
     if res.replacement_baseline is not None:
         base = res.replacement_baseline[1]
-        for (access, level), sub in frame[frame[acol] == "retouch"].groupby([acol, lcol], sort=True):
-            res.replacement[int(level)] = Distribution.of(np.sort(sub[latcol].to_numpy()) - base, presorted=True)
+        for level, values in retouch_sorted.items():
+            res.replacement[level] = Distribution.of(values - base, presorted=True)
 
 
 def _samplers(res: RunAnalysis, run) -> None:

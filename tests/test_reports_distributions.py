@@ -62,6 +62,16 @@ def test_histogram_counts_everything():
     assert counts.sum() == x.size and np.all(np.diff(np.log(edges)) > 0)
 
 
+def test_presorted_histogram_matches_numpy():
+    x = ladder_samples(4, 100_000)
+    srt = np.sort(x)
+    for log in (False, True):
+        edges, counts = histogram(srt, bins=97, log=log, presorted=True)
+        assert np.array_equal(counts, np.histogram(x.astype(np.float64), bins=edges)[0])
+    edges, counts = histogram(srt, bins=10, range_=(300, 700), presorted=True)
+    assert np.array_equal(counts, np.histogram(x.astype(np.float64), bins=edges)[0])
+
+
 def test_cdf_points_are_exact_order_statistics_and_keep_the_tail():
     x = ladder_samples(3, 1_000_000)
     xs, ps = cdf_points(x, points=400)
