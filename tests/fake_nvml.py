@@ -303,35 +303,22 @@ class FakeNvmlLib:
             out[0] = dev["cuda_cores"]
             return SUCCESS
 
-        @device_entry("nvmlDeviceGetClockInfo", c_uint, _U)
-        def clock_info(dev, kind, out):
-            if kind in (CLOCK_GRAPHICS, CLOCK_SM):
-                out[0] = self._current_sm(dev)
-            elif kind == CLOCK_MEM:
-                out[0] = self._current_mem(dev)
-            else:
-                return INVALID_ARGUMENT
-            return SUCCESS
+        def clock_query(name, sm_value, mem_value):
+            """nvmlDeviceGet*Clock*(device, nvmlClockType_t, unsigned int *clockMHz)."""
+            @device_entry(name, c_uint, _U)
+            def query(dev, kind, out):
+                if kind in (CLOCK_GRAPHICS, CLOCK_SM):
+                    out[0] = sm_value(dev)
+                elif kind == CLOCK_MEM:
+                    out[0] = mem_value(dev)
+                else:
+                    return INVALID_ARGUMENT
+                return SUCCESS
 
-        @device_entry("nvmlDeviceGetMaxClockInfo", c_uint, _U)
-        def max_clock(dev, kind, out):
-            if kind in (CLOCK_GRAPHICS, CLOCK_SM):
-                out[0] = dev["max_sm"]
-            elif kind == CLOCK_MEM:
-                out[0] = max(dev["supported_mem"])
-            else:
-                return INVALID_ARGUMENT
-            return SUCCESS
-
-        @device_entry("nvmlDeviceGetDefaultApplicationsClock", c_uint, _U)
-        def default_app(dev, kind, out):
-            if kind in (CLOCK_GRAPHICS, CLOCK_SM):
-                out[0] = dev["default_app_sm"]
-            elif kind == CLOCK_MEM:
-                out[0] = max(dev["supported_mem"])
-            else:
-                return INVALID_ARGUMENT
-            return SUCCESS
+        clock_query("nvmlDeviceGetClockInfo", self._current_sm, self._current_mem)
+        clock_query("nvmlDeviceGetMaxClockInfo", lambda d: d["max_sm"], lambda d: max(d["supported_mem"]))
+        clock_query("nvmlDeviceGetDefaultApplicationsClock", lambda d: d["default_app_sm"],
+                    lambda d: max(d["supported_mem"]))
 
         def fill_list(values, count, out):
             if not out or count[0] < len(values):
