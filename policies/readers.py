@@ -176,7 +176,13 @@ def read_trace(
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
 ) -> Trace:
     """Read a trace file in any supported format (auto-detected when `format` is None)."""
-    path = Path(path)
+    try:
+        return _read_trace(Path(path), format, skip_bad_lines, block_tokens)
+    except OSError as exc:  # unreadable file, vanished mid-read, ...
+        raise TraceFormatError(path, f"cannot read the file: {exc.strerror or exc}") from None
+
+
+def _read_trace(path: Path, format, skip_bad_lines: bool, block_tokens: int) -> Trace:  # noqa: A002
     if not path.exists():
         raise TraceFormatError(path, "no such file")
     if path.is_dir():

@@ -418,3 +418,15 @@ def test_request_offsets_are_csr_offsets():
     assert np.diff(offsets).tolist() == sizes.tolist()
     one = trace_from_ids([7])
     assert one.request_offsets.tolist() == [0, 1]
+
+
+def test_unreadable_file_is_a_trace_error(tmp_path, monkeypatch):
+    path = tmp_path / "t.jsonl"
+    path.write_text(GOOD + "\n")
+
+    def refuse(*_args, **_kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("builtins.open", refuse)
+    with pytest.raises(TraceFormatError, match=r"t.jsonl: cannot read the file: Permission denied"):
+        read_trace(path)
