@@ -5,7 +5,7 @@ import json
 
 import click
 
-_SPEC_HELP = "max, base, tdp or a frequency in MHz"
+_SPEC_HELP = "max, base (default applications clock), tdp (NVML_CLOCK_LIMIT_ID_TDP) or MHz"
 
 
 @click.group("clocks")

@@ -332,15 +332,24 @@ def _record(index: int, uuid: str, resolved: dict, before: dict, persistent: boo
     }
 
 
-def _check_not_held(path: Path, index: int) -> None:
+def _check_not_held(path: Path, index: int, persistent_ok: bool = False) -> None:
+    """Refuse to lock over a live run's lock, or (for runs) over `sitsprof clocks lock`."""
     if not path.exists():
         return
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
+    if record.get("host") not in (None, socket.gethostname()):
+        return
+    if record.get("persistent"):
+        if not persistent_ok:
+            raise PmuError(
+                f"GPU {index}'s clocks are locked by `sitsprof clocks lock` ({record.get('resolved')}); "
+                "use --clocks none to run at those clocks, or `sitsprof clocks reset` first")
+        return
     pid = int(record.get("pid", 0) or 0)
-    if not record.get("persistent") and pid != os.getpid() and _pid_alive(pid) and record.get("host") == socket.gethostname():
+    if pid != os.getpid() and _pid_alive(pid):
         raise PmuError(f"GPU {index}'s clocks are held by another sitsprof run (pid {pid}); wait for it to finish")
 
 
@@ -350,7 +359,7 @@ def lock_persistent(index: int = 0, sm="max", memory=None) -> dict:
     uuid = text(pynvml.nvmlDeviceGetUUID(handle(index)))
     resolved = resolve(index, sm, memory)
     path = _state_path(uuid)
-    _check_not_held(path, index)
+    _check_not_held(path, index, persistent_ok=True)
     before = read_clocks(index)
     _write_state(path, _record(index, uuid, resolved, before, persistent=True))
     try:
@@ -366,6 +375,9 @@ def locked_clocks(device_index: int = 0, sm="max", memory=None, mode: str = "loc
     """Lock clocks for the duration of the block and always restore what was changed.
 
     mode="lock": lock `sm` (max | base | tdp | MHz | None) and `memory` (max | base | MHz | None).
+    max = the highest supported clock; base = the default applications clock
+    (`nvmlDeviceGetDefaultApplicationsClock`, nvidia-smi's "Default Applications Clocks");
+    tdp = NVML_CLOCK_LIMIT_ID_TDP for both bounds (the clock sustainable within TDP).
     mode="none": change nothing, only record the clocks before and after (their drift).
     Yields a `ClockSession` (`before`, `requested`, `applied`, later `after`)."""
     if mode not in _MODES:

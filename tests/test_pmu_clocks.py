@@ -94,3 +94,18 @@ def test_state_dir_defaults(monkeypatch, tmp_path):
     assert clocks.state_dir() == tmp_path / "sitsprof"
     monkeypatch.delenv("XDG_STATE_HOME")
     assert str(clocks.state_dir()).endswith(".local/state/sitsprof")
+
+
+def test_run_refuses_to_lock_over_clocks_lock(fake_gpu):
+    from sitsprof.pmu.errors import PmuError
+
+    clocks.lock_persistent(0, sm=1500)
+    with pytest.raises(PmuError, match="--clocks none"):
+        with clocks.locked_clocks(0, sm="max"):
+            pass
+    assert _dev(fake_gpu)["locked_gpu"] == [1500, 1500]  # left as the user locked it
+    with clocks.locked_clocks(0, mode="none") as session:
+        pass
+    assert session.before["sm_mhz"] == 1500
+    clocks.lock_persistent(0, sm="max")  # re-locking with `clocks lock` is fine
+    assert _dev(fake_gpu)["locked_gpu"] == [1980, 1980]
