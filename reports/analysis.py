@@ -27,7 +27,10 @@ from .distributions import QUANTILES, cdf_points, downsample_series, histogram, 
 
 QLABELS = [quantile_label(q) for q in QUANTILES]
 #: Probe tables the report and calibration read (docs/run-directory.md), by role.
-PROBE_TABLES = {"latency": "latency", "tlb": "tlb", "bandwidth": "bandwidth", "loaded": "loaded"}
+PROBE_TABLES = {"latency": "latency", "latency_cg": "latency_cg", "tlb": "tlb", "bandwidth": "bandwidth",
+                "loaded": "loaded"}
+#: Parts a run may lack without being incomplete (the L1-bypassing ladder is optional).
+OPTIONAL_PARTS = ("latency_cg",)
 #: Column names, first match wins (the documented name first).
 COLUMNS = {
     "footprint": ("footprint_bytes",),
@@ -98,6 +101,8 @@ class RunAnalysis:
     sm_mhz: float | None
     ladder: Any = None              # DataFrame: footprint_bytes, count, mean, p50.. p99.9
     tiers: list[Tier] = field(default_factory=list)
+    ladder_cg: Any = None           # the same for the L1-bypassing chase (probes/latency_cg), when recorded
+    tiers_cg: list[Tier] = field(default_factory=list)
     tlb: Any = None                 # DataFrame: stride_bytes, footprint_bytes, count, p50..
     tlb_steps: list[dict] = field(default_factory=list)
     tlb_miss: tuple[str, Distribution] | None = None  # (where from, distribution) of the first TLB step
@@ -109,6 +114,7 @@ class RunAnalysis:
     replacement_baseline: tuple[str, float] | None = None
     samplers: dict = field(default_factory=dict)      # name -> {"t": array, "series": {col: array}}
     phases: list[dict] = field(default_factory=list)
+    phases_aligned: bool = False    # phase times anchored to the samplers' clock (else: at the first sample)
     clock: dict = field(default_factory=dict)         # SM clock drift figures
     missing: dict = field(default_factory=dict)       # part -> why it is absent
     notes: list[str] = field(default_factory=list)
@@ -171,21 +177,35 @@ def _read(run, name: str, kind: str = "probe"):
     return run.read_table(name, kind)
 
 
-def _ladder(res: RunAnalysis, frame) -> None:
+def ladder_tiers(res: RunAnalysis, frame, first: str = "l1"):
+    """(per-footprint quantile table, tiers) of one latency ladder table."""
     import pandas as pd
 
     fp_col, lat_col = column(frame, "footprint"), column(frame, "latency")
     groups = sorted_groups(frame[fp_col].to_numpy(), frame[lat_col].to_numpy())
-    res.ladder = pd.DataFrame([{"footprint_bytes": int(k), **_quantile_row(v)} for k, v in groups])
+    table = pd.DataFrame([{"footprint_bytes": int(k), **_quantile_row(v)} for k, v in groups])
     l2 = res.device.get("l2_bytes")
-    segments = detect_tiers(res.ladder["footprint_bytes"].to_numpy(), res.ladder["p50"].to_numpy(),
+    segments = detect_tiers(table["footprint_bytes"].to_numpy(), table["p50"].to_numpy(), first=first,
                             l2_bytes=int(l2) if isinstance(l2, (int, float)) and l2 > 0 else None)
+    tiers = []
     for seg in segments:
         parts = [groups[i][1] for i in range(seg.start, seg.stop)]
         # Merging sorted runs: the stable sort (timsort/radix) is near linear here.
         values = np.sort(np.concatenate(parts), kind="stable") if parts else np.array([], dtype=np.float32)
-        res.tiers.append(Tier(seg.name, seg.label, seg.footprint_lo, seg.footprint_hi,
-                              Distribution.of(values, presorted=True)))
+        tiers.append(Tier(seg.name, seg.label, seg.footprint_lo, seg.footprint_hi,
+                          Distribution.of(values, presorted=True)))
+    return table, tiers
+
+
+def _ladder(res: RunAnalysis, frame) -> None:
+    res.ladder, res.tiers = ladder_tiers(res, frame, first="l1")
+
+
+def _ladder_cg(res: RunAnalysis, frame) -> None:
+    """The L1-bypassing ladder (ld.global.cg): its own tiers from L2 near; primary when `latency` is absent."""
+    res.ladder_cg, res.tiers_cg = ladder_tiers(res, frame, first="l2_near")
+    if res.ladder is None:
+        res.ladder, res.tiers = res.ladder_cg, res.tiers_cg
 
 
 def _tlb(res: RunAnalysis, frame) -> None:
@@ -215,12 +235,19 @@ def _tlb(res: RunAnalysis, frame) -> None:
 
 
 def _bandwidth(res: RunAnalysis, frame) -> None:
-    frame = frame.copy()
+    """One row per (kernel, intensity, throttle): median and best GB/s over the repetitions."""
     kcol, gcol = column(frame, "kernel"), column(frame, "achieved_gbs")
-    memcpy = frame.loc[frame[kcol] == "memcpy", gcol]
+    keys = [kcol] + [c for c in (column(frame, "intensity", required=False), column(frame, "throttle", required=False))
+                     if c]
+    agg = (frame.groupby(keys, sort=True)[gcol].agg(["median", "max", "count"])
+           .rename(columns={"median": "achieved_gbs", "max": "best_gbs", "count": "reps"}).reset_index())
+    agg = agg.rename(columns={kcol: "kernel"})
+    if "throttle_ns" not in agg.columns:
+        agg["throttle_ns"] = 0
+    memcpy = agg.loc[agg["kernel"] == "memcpy", "best_gbs"]
     ref = float(memcpy.max()) if len(memcpy) else float("nan")
-    frame["fraction_of_memcpy"] = frame[gcol] / ref if np.isfinite(ref) else np.nan
-    res.bandwidth = frame
+    agg["fraction_of_memcpy"] = agg["best_gbs"] / ref if np.isfinite(ref) else np.nan
+    res.bandwidth = agg
 
 
 def _loaded(res: RunAnalysis, frame) -> None:
@@ -253,38 +280,70 @@ def _loaded(res: RunAnalysis, frame) -> None:
                 res.loaded_fits[(access, q)] = fit_queueing(sub["bandwidth_fraction"], sub[q])
             except ValueError as exc:
                 res.notes.append(f"loaded latency {access} {q}: no queueing fit ({exc})")
-    # Replacement delay: re-touch latency minus the unloaded L2-hit latency.
+    # Replacement delay: re-touch latency minus the unloaded L2-hit latency, which is the median
+    # re-touch at level 0 (saturator off), as probes/analysis.l2_hit_baseline takes it; without
+    # a level 0, the L2-near P50 of the ladder.
     l2 = res.tier("l2_near")
-    if l2 is not None:
+    if 0 in retouch_sorted and retouch_sorted[0].size:
+        res.replacement_baseline = ("median re-touch latency at load level 0 (saturator off)",
+                                    float(np.median(retouch_sorted[0])))
+    elif l2 is not None:
         res.replacement_baseline = ("L2-near P50 from the latency ladder", l2.dist.summary["p50"])
-    else:
-        retouch = res.loaded[res.loaded["access"] == "retouch"]
-        if len(retouch):
-            idle = retouch.sort_values("bandwidth_fraction").iloc[0]
-            res.replacement_baseline = (f"re-touch P50 at the lowest load level ({idle['bandwidth_fraction']:.2f})",
-                                        float(idle["p50"]))
     if res.replacement_baseline is not None:
         base = res.replacement_baseline[1]
         for level, values in retouch_sorted.items():
             res.replacement[level] = Distribution.of(values - base, presorted=True)
 
 
+#: Sampler columns that are bookkeeping, not measurements (docs/run-directory.md).
+SAMPLER_SKIP = {"t_ns", "tick", "read_ns", "gpu_start_ns", "gpu_end_ns", "clock_event_reasons", "t_s", "time_s"}
+
+
+def sampler_times_ns(frame, meta: dict) -> np.ndarray | None:
+    """Monotonic ns of each sampler row: `t_ns`, or CUPTI's GPU `gpu_start_ns` minus the measured
+    globaltimer offset (clock_sync.globaltimer.offset_ns); None when neither is usable."""
+    if "t_ns" in frame.columns:
+        return frame["t_ns"].to_numpy(dtype=np.int64)
+    if "gpu_start_ns" in frame.columns:
+        sync = (meta.get("clock_sync") or {}).get("globaltimer") or {}
+        if sync.get("available") and isinstance(sync.get("offset_ns"), (int, float)):
+            return frame["gpu_start_ns"].to_numpy(dtype=np.int64) - int(sync["offset_ns"])
+    for name in COLUMNS["time"]:
+        if name in frame.columns:  # already seconds since the start (older or synthetic runs)
+            return (frame[name].to_numpy(dtype=np.float64) * 1e9).astype(np.int64)
+    return None
+
+
 def _samplers(res: RunAnalysis, run) -> None:
+    frames = {}
     for name in run.tables("sampler"):
         frame = run.read_table(name, "sampler")
-        tcol = column(frame, "time", required=False)
-        if tcol is None or len(frame) == 0:
-            res.notes.append(f"sampler {name}: no time column, not plotted")
+        t = sampler_times_ns(frame, res.meta) if len(frame) else None
+        if t is None:
+            res.notes.append(f"sampler {name}: no usable time column, not plotted")
             continue
-        t = frame[tcol].to_numpy(dtype=np.float64)
+        frames[name] = (frame, t)
+    if not frames:
+        return
+    origin = res.meta.get("phases_origin_ns")
+    if isinstance(origin, (int, float)):
+        res.phases_aligned = True
+    else:
+        origin = min(int(t.min()) for _, t in frames.values())
+    for name, (frame, t) in frames.items():
+        secs = (t - int(origin)) / 1e9
+        order = np.argsort(secs, kind="stable")
+        secs = secs[order]
         series = {}
         for col in frame.columns:
-            if col == tcol or frame[col].dtype.kind not in "fiu":
+            if col in SAMPLER_SKIP or frame[col].dtype.kind not in "fiu":
                 continue
-            xs, ys = downsample_series(t, frame[col].to_numpy(dtype=np.float64), 1500)
-            series[col] = (xs, ys)
+            values = frame[col].to_numpy(dtype=np.float64)[order]
+            if not np.isfinite(values).any():
+                continue
+            series[col] = downsample_series(secs, values, 1500)
         res.samplers[name] = series
-        if "sm_clock_mhz" in frame.columns:
+        if "sm_clock_mhz" in frame.columns and not res.clock:
             sm = frame["sm_clock_mhz"].to_numpy(dtype=np.float64)
             sm = sm[np.isfinite(sm)]
             if sm.size:
@@ -292,6 +351,18 @@ def _samplers(res: RunAnalysis, run) -> None:
                 res.clock = {"sampler": name, "samples": int(sm.size), "min_mhz": float(sm.min()),
                              "max_mhz": float(sm.max()), "mean_mhz": float(sm.mean()),
                              "reference_mhz": ref, "max_drift_pct": float(np.max(np.abs(sm - ref)) / ref * 100)}
+
+
+def clocks_locked(meta: dict) -> bool | None:
+    """Whether the run's clocks were locked: ClockSession `mode` "lock" with applied clocks; None if unrecorded."""
+    clocks = meta.get("clocks")
+    if not isinstance(clocks, dict):
+        return None
+    if isinstance(clocks.get("locked"), bool):
+        return clocks["locked"]
+    if "mode" in clocks:
+        return clocks["mode"] == "lock" and bool(clocks.get("applied"))
+    return None
 
 
 def _sm_mhz(meta: dict) -> float | None:
@@ -305,7 +376,7 @@ def _sm_mhz(meta: dict) -> float | None:
     return None
 
 
-PARTS = {"latency": _ladder, "tlb": _tlb, "bandwidth": _bandwidth, "loaded": _loaded}
+PARTS = {"latency": _ladder, "latency_cg": _ladder_cg, "tlb": _tlb, "bandwidth": _bandwidth, "loaded": _loaded}
 
 
 def analyze_run(run_or_path) -> RunAnalysis:
@@ -318,15 +389,19 @@ def analyze_run(run_or_path) -> RunAnalysis:
                       status=run.status, synthetic=bool(meta.get("synthetic")), sm_mhz=_sm_mhz(meta))
     phases = meta.get("phases")
     res.phases = phases if isinstance(phases, list) else []
-    for part, table in PROBE_TABLES.items():
+    # The L1-bypassing ladder first: it stands in for the default one when that is absent.
+    for part, table in sorted(PROBE_TABLES.items(), key=lambda kv: kv[0] != "latency_cg"):
         frame = _read(run, table)
         if frame is None or len(frame) == 0:
-            res.missing[part] = f"no probes/{table}.parquet in the run"
+            if part not in OPTIONAL_PARTS:
+                res.missing[part] = f"no probes/{table}.parquet in the run"
             continue
         try:
             PARTS[part](res, frame)
         except KeyError as exc:
             res.missing[part] = f"probes/{table}.parquet: {exc.args[0]}"
+    if res.ladder is not None:
+        res.missing.pop("latency", None)
     _samplers(res, run)
     if not res.samplers:
         res.missing["samplers"] = "no sampler tables with a time column"

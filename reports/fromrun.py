@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
-from .analysis import Distribution, RunAnalysis, analyze_run
+from .analysis import Distribution, RunAnalysis, analyze_run, clocks_locked
 from .calibration import SCHEMA, SCHEMA_VERSION, TIERS, load_calibration, write_calibration
 
 #: distributions.quantile_label -> calibration quantile key
@@ -95,10 +95,7 @@ def calibration_from_run(run, allow_incomplete: bool = False, name: str | None =
 
     bandwidth: dict = {}
     if res.bandwidth is not None:
-        from .analysis import column
-
-        kcol, gcol = column(res.bandwidth, "kernel"), column(res.bandwidth, "achieved_gbs")
-        best = res.bandwidth.groupby(kcol)[gcol].max()
+        best = res.bandwidth.groupby("kernel")["best_gbs"].max()
         for kernel, key in (("read", "hbm_read_gbs"), ("write", "hbm_write_gbs"), ("copy", "hbm_copy_gbs")):
             if kernel in best and best[kernel] > 0:
                 bandwidth[key] = float(best[kernel])
@@ -143,7 +140,7 @@ def calibration_from_run(run, allow_incomplete: bool = False, name: str | None =
                   else f"measured by sitsprof on {res.host}"),
         "device": {k: dev[k] for k in ("name", "uuid", "pci_bus_id", "compute_capability", "sm_count",
                                        "l2_bytes", "memory_bytes") if k in dev} or {"name": "unknown"},
-        "clocks": {"sm_mhz": float(res.sm_mhz), "locked": bool(clocks_meta.get("locked", False))},
+        "clocks": {"sm_mhz": float(res.sm_mhz), "locked": bool(clocks_locked(meta))},
         "provenance": {
             "kind": "measured",
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .analysis import QLABELS, RunAnalysis, analyze_run
+from .analysis import QLABELS, RunAnalysis, analyze_run, clocks_locked
 from .tiers import TIER_LABELS
 from .html import PALETTE, Figure, Report, Section, Table, line_traces, plot_text, write_html
 
@@ -60,6 +60,16 @@ def _run_label(run: RunAnalysis) -> str:
 
 
 # -- one run ----------------------------------------------------------------------------------
+def tier_table(run: RunAnalysis, tiers, title: str) -> Table:
+    rows = []
+    for t in tiers:
+        s = t.dist.summary
+        rows.append([t.label, f"{_fmt_bytes(t.footprint_lo)} – {_fmt_bytes(t.footprint_hi)}",
+                     s["count"], *[s[q] for q in QLABELS], run.to_ns(s["p50"]), run.to_ns(s["p99"])])
+    return Table(["tier", "footprints", "samples", *[f"{q} (cycles)" for q in QLABELS], "p50 (ns)", "p99 (ns)"],
+                 rows, title=title, caption="Exact quantiles over every recorded access; ns from the SM clock above.")
+
+
 def summary_section(run: RunAnalysis, title: str) -> Section:
     dev = run.device
     clocks = run.meta.get("clocks") if isinstance(run.meta.get("clocks"), dict) else {}
@@ -67,7 +77,7 @@ def summary_section(run: RunAnalysis, title: str) -> Section:
         ["host", run.host], ["run", run.name], ["status", run.status + ("" if run.complete else " (incomplete)")],
         ["device", dev.get("name", "unknown")], ["device UUID", dev.get("uuid", "unknown")],
         ["SM clock used for ns (MHz)", run.sm_mhz],
-        ["clocks locked", clocks.get("locked") if "locked" in clocks else "not recorded"],
+        ["clocks locked", "not recorded" if clocks_locked(run.meta) is None else clocks_locked(run.meta)],
         ["tool version", run.meta.get("tool_version", "unknown")],
         ["started", run.meta.get("started_at")], ["ended", run.meta.get("ended_at")],
     ]
@@ -77,14 +87,10 @@ def summary_section(run: RunAnalysis, title: str) -> Section:
                       f"(mean {c['mean_mhz']:.0f}, max drift {c['max_drift_pct']:.2f}% from {c['reference_mhz']:.0f})"])
     tables = [Table(["", "value"], facts, title="Run")]
     if run.tiers:
-        rows = []
-        for t in run.tiers:
-            s = t.dist.summary
-            rows.append([t.label, f"{_fmt_bytes(t.footprint_lo)} – {_fmt_bytes(t.footprint_hi)}",
-                         s["count"], *[s[q] for q in QLABELS], run.to_ns(s["p50"]), run.to_ns(s["p99"])])
-        tables.append(Table(["tier", "footprints", "samples", *[f"{q} (cycles)" for q in QLABELS],
-                             "p50 (ns)", "p99 (ns)"], rows, title="Latency per tier",
-                            caption="Exact quantiles over every recorded access; ns from the SM clock above."))
+        tables.append(tier_table(run, run.tiers, "Latency per tier" + (
+            " (default-cached chase)" if run.tiers_cg and run.tiers is not run.tiers_cg else "")))
+    if run.tiers_cg and run.tiers is not run.tiers_cg:
+        tables.append(tier_table(run, run.tiers_cg, "Latency per tier, L1-bypassing chase (ld.global.cg)"))
     if run.missing:
         tables.append(Table(["part", "why it is absent"], [[k, v] for k, v in run.missing.items()],
                             title="Not in this run", row_classes=["outlier"] * len(run.missing)))
@@ -97,6 +103,10 @@ def ladder_figures(run: RunAnalysis) -> list[Figure]:
         lad = run.ladder
         fp = lad["footprint_bytes"].to_numpy()
         data = line_traces([(q, fp, lad[q].to_numpy()) for q in ("p50", "p90", "p99")], mode="lines+markers")
+        if run.ladder_cg is not None and run.ladder_cg is not lad:
+            data.append({"type": "scatter", "mode": "lines", "name": "p50, L1-bypassing",
+                         "x": run.ladder_cg["footprint_bytes"].to_numpy(), "y": run.ladder_cg["p50"].to_numpy(),
+                         "line": {"dash": "dot", "color": "#555"}})
         shapes, notes = [], []
         for i, t in enumerate(run.tiers):
             shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": t.footprint_lo, "x1": t.footprint_hi,
@@ -150,26 +160,29 @@ def bandwidth_figures(run: RunAnalysis) -> tuple[list[Figure], list[Table]]:
         return [], []
     from .analysis import column
 
-    kcol, gcol = column(bw, "kernel"), column(bw, "achieved_gbs")
     icol = column(bw, "intensity", required=False)
+    throttles = sorted(bw.loc[bw["kernel"] != "memcpy", "throttle_ns"].unique())
     data, shapes = [], []
-    for kernel, sub in bw.groupby(kcol):
+    for (kernel, throttle), sub in bw.groupby(["kernel", "throttle_ns"]):
         if kernel == "memcpy":
-            ref = float(sub[gcol].max())
-            shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": ref, "y1": ref,
-                           "line": {"dash": "dash", "color": "#555"}})
-            data.append({"type": "scatter", "mode": "lines", "name": "cudaMemcpy D2D", "x": [None], "y": [None],
-                         "line": {"dash": "dash", "color": "#555"}})
+            ref = float(sub["best_gbs"].max())
+            if not shapes:
+                shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": ref, "y1": ref,
+                               "line": {"dash": "dash", "color": "#555"}})
+                data.append({"type": "scatter", "mode": "lines", "name": "cudaMemcpy D2D", "x": [None],
+                             "y": [None], "line": {"dash": "dash", "color": "#555"}})
             continue
         sub = sub.sort_values(icol) if icol else sub
-        data.append({"type": "scatter", "mode": "lines+markers", "name": plot_text(kernel),
-                     "x": sub[icol].to_numpy() if icol else np.arange(len(sub)), "y": sub[gcol].to_numpy()})
+        name = kernel if len(throttles) <= 1 else f"{kernel}, throttle {throttle} ns"
+        data.append({"type": "scatter", "mode": "lines+markers", "name": plot_text(name),
+                     "x": sub[icol].to_numpy() if icol else np.arange(len(sub)), "y": sub["achieved_gbs"].to_numpy()})
     layout = _axis_titles(icol or "setting", "achieved GB/s", xaxis={"type": "log"} if icol else {})
     layout["shapes"] = shapes
-    best = bw.groupby(kcol)[gcol].max()
+    best = bw.groupby("kernel")["best_gbs"].max()
     memcpy = best.get("memcpy", float("nan"))
     rows = [[k, v, v / memcpy if memcpy == memcpy else None] for k, v in best.items()]
-    return ([Figure("Bandwidth against intensity", data, layout)],
+    return ([Figure("Bandwidth against intensity", data, layout,
+                    caption="Median over repetitions per setting; the dashed line is cudaMemcpy device-to-device.")],
             [Table(["kernel", "best GB/s", "fraction of memcpy"], rows, title="Bandwidth")])
 
 
@@ -258,8 +271,10 @@ def timeline_figures(run: RunAnalysis) -> list[Figure]:
             layout["annotations"].append({"x": (start + end) / 2, "xref": "x", "y": 1.0, "yref": "paper",
                                           "yanchor": "bottom", "showarrow": False, "font": {"color": "#777"},
                                           "text": plot_text(ph.get("name", ""))})
-        figs.append(Figure(f"Sampler: {name}", data, layout, height=max(260, 130 * n),
-                           caption="Shaded spans are the probe phases."))
+        caption = "Shaded spans are the probe phases" + (
+            "." if run.phases_aligned or not run.phases else
+            " (placed from the first sample: the run does not record the phases' clock origin).")
+        figs.append(Figure(f"Sampler: {name}", data, layout, height=max(260, 130 * n), caption=caption))
     return figs
 
 
@@ -291,10 +306,7 @@ def fleet_metrics(run: RunAnalysis) -> dict[str, float]:
     hbm = run.tier("hbm")
     out["HBM p99"] = hbm.dist.summary["p99"] if hbm else nan
     if run.bandwidth is not None:
-        from .analysis import column
-
-        kcol, gcol = column(run.bandwidth, "kernel"), column(run.bandwidth, "achieved_gbs")
-        copy = run.bandwidth.loc[run.bandwidth[kcol] == "copy", gcol]
+        copy = run.bandwidth.loc[run.bandwidth["kernel"] == "copy", "best_gbs"]
         out["copy GB/s"] = float(copy.max()) if len(copy) else nan
     else:
         out["copy GB/s"] = nan

@@ -44,9 +44,14 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
         "host": host or name,
         "device": {"name": "Synthetic Hopper (model, not a GPU)", "uuid": f"GPU-synthetic-{seed:04d}",
                    "sm_count": 132, "l2_bytes": 50 * MIB, "memory_bytes": 141 * GIB},
-        "clocks": {"requested": {"sm_mhz": sm_mhz}, "applied": {"sm_mhz": sm_mhz}, "locked": True},
+        # As pmu.clocks.ClockSession.to_dict() records it.
+        "clocks": {"mode": "lock", "requested": {"sm_mhz": sm_mhz}, "resolved": {"sm_mhz": sm_mhz},
+                   "before": {"sm_mhz": 1755.0, "memory_mhz": 2619.0},
+                   "applied": {"sm_mhz": sm_mhz, "memory_mhz": 2619.0},
+                   "after": {"sm_mhz": 1755.0, "memory_mhz": 2619.0}, "restored": True},
         "sm_clock_mhz": sm_mhz,
     })
+    origin_ns = 10**12  # the samplers' monotonic clock at the start of the probes
     phases = []
     t = 0.0
 
@@ -55,10 +60,16 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
         phases.append({"name": label, "start_s": t, "end_s": t + seconds})
         t += seconds
 
+    def chase_table(fp, lat, variant, stride=128):
+        lat = np.maximum(lat, 1.0).astype(np.float32)
+        return pd.DataFrame({"variant": variant, "stride_bytes": np.int64(stride), "footprint_bytes": fp,
+                             "sample": np.arange(fp.size, dtype=np.int32), "latency_cycles": lat,
+                             "latency_ns": (lat * 1e3 / sm_mhz).astype(np.float32)})
+
     n_ladder = samples // 2 if "loaded" in parts else samples
     if "latency" in parts:
         footprints = np.unique(np.geomspace(16 * KIB, 4 * GIB, 40).astype(np.int64) // 128 * 128)
-        per = max(n_ladder // footprints.size, 16)
+        per = max(n_ladder // (2 * footprints.size), 16)
         fp = np.repeat(footprints, per)
         med = np.empty(fp.size)
         spread = np.empty(fp.size)
@@ -66,11 +77,14 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
             m, s = _ladder_latency(float(f))
             sel = fp == f
             med[sel], spread[sel] = m, s
-        lat = med * slowdown + rng.normal(0, 1, fp.size) * spread
-        tail = rng.random(fp.size) < 0.004
-        lat[tail] += rng.exponential(180.0, tail.sum())
-        run.write_table("latency", pd.DataFrame({
-            "footprint_bytes": fp, "latency_cycles": np.maximum(lat, 1.0).astype(np.float32)}))
+        for variant, l1_extra in (("ca", 0.0), ("cg", 1.0)):
+            base = med.copy()
+            if variant == "cg":  # L1-bypassing: the L1 footprints are served by L2
+                base[fp <= LEVELS[0][0]] = LEVELS[1][1]
+            lat = base * slowdown + rng.normal(0, 1, fp.size) * spread
+            tail = rng.random(fp.size) < 0.004
+            lat[tail] += rng.exponential(180.0, tail.sum())
+            run.write_table("latency" if variant == "ca" else "latency_cg", chase_table(fp, lat, variant))
         phase("latency", 20.0)
     if "tlb" in parts:
         rows = []
@@ -78,8 +92,7 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
             for fp_ in np.geomspace(64 * MIB, 64 * GIB, 16).astype(np.int64):
                 base = 648.0 + (95.0 if fp_ > 8 * GIB else 0.0) + (240.0 if fp_ > 32 * GIB else 0.0)
                 vals = base * slowdown + rng.normal(0, 15, 400)
-                rows.append(pd.DataFrame({"stride_bytes": stride, "footprint_bytes": fp_,
-                                          "latency_cycles": vals.astype(np.float32)}))
+                rows.append(chase_table(np.full(vals.size, fp_, dtype=np.int64), vals, "cg", stride))
         run.write_table("tlb", pd.concat(rows, ignore_index=True))
         phase("tlb", 10.0)
     if "bandwidth" in parts:
@@ -87,12 +100,17 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
         peak = 4200.0 / slowdown
         for kernel, scale in (("read", 0.93), ("write", 0.9), ("copy", 0.96)):
             for blocks in (1, 2, 4, 8, 16, 32, 66, 132, 264, 528):
-                achieved = peak * scale * (1 - np.exp(-blocks / 60.0))
-                rows.append({"kernel": kernel, "blocks": blocks, "throttle_ns": 0,
-                             "bytes": int(achieved * 1e9 * 0.01), "seconds": 0.01, "achieved_gbs": achieved})
-        rows.append({"kernel": "memcpy", "blocks": 0, "throttle_ns": 0, "bytes": int(peak * 0.955e7),
-                     "seconds": 0.01, "achieved_gbs": peak * 0.955})
-        run.write_table("bandwidth", pd.DataFrame(rows))
+                for rep in range(3):
+                    achieved = peak * scale * (1 - np.exp(-blocks / 60.0)) * (1 + rng.normal(0, 0.005))
+                    rows.append({"kernel": kernel, "active_sms": min(blocks, 132), "blocks": blocks,
+                                 "throttle_ns": 0, "rep": rep, "bytes": int(achieved * 1e9 * 0.01),
+                                 "seconds": 0.01, "achieved_gbs": achieved})
+        for rep in range(3):
+            rows.append({"kernel": "memcpy", "active_sms": 0, "blocks": 0, "throttle_ns": 0, "rep": rep,
+                         "bytes": int(peak * 0.955e7), "seconds": 0.01, "achieved_gbs": peak * 0.955})
+        frame = pd.DataFrame(rows)
+        frame["ratio_to_memcpy"] = frame["achieved_gbs"] / (peak * 0.955)
+        run.write_table("bandwidth", frame)
         phase("bandwidth", 5.0)
     if "loaded" in parts:
         levels = np.linspace(0.0, 0.93, 10)
@@ -104,26 +122,37 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
             retouch_extra = queueing_curve(frac, 0.0, 6.0, 0.97) + 45.0 * frac
             for access, centre, spread in (("hbm", hbm, 20.0 + 30 * frac), ("retouch", l2 + retouch_extra, 6.0 + 20 * frac)):
                 vals = centre + rng.gamma(2.0, spread / 2.0, per) - spread
-                frames.append(pd.DataFrame({
-                    "level": i, "bandwidth_fraction": frac, "achieved_gbs": frac * 4200.0,
-                    "access": access, "latency_cycles": vals.astype(np.float32)}))
+                frame = chase_table(np.full(per, 64 * MIB if access == "hbm" else 8 * MIB, dtype=np.int64),
+                                    vals, "cg")
+                frame.insert(0, "level", np.int32(i))
+                frame.insert(1, "access", access)
+                frame.insert(2, "target_fraction", frac)
+                frame.insert(3, "throttle_ns", np.int64(0 if frac == 0 else int(2000 * (1 - frac))))
+                frame.insert(4, "achieved_gbs", frac * 4200.0)
+                frame.insert(5, "bandwidth_fraction", frac)
+                frames.append(frame)
         run.write_table("loaded", pd.concat(frames, ignore_index=True))
         phase("loaded", 30.0)
-    run.update_meta(phases=phases)
+    run.update_meta(phases=phases, phases_origin_ns=origin_ns)
 
+    # Samplers as collectors/ writes them: t_ns on the monotonic clock, tick, read_ns.
     ts = np.linspace(0.0, max(t, 1.0), sampler_rows)
+    t_ns = origin_ns + (ts * 1e9).astype(np.int64)
     drift = -15.0 * (ts / ts[-1]) ** 2  # a little thermal sag
     run.write_table("nvml", pd.DataFrame({
-        "t_s": ts,
+        "t_ns": t_ns, "tick": np.arange(ts.size, dtype=np.int64), "read_ns": np.full(ts.size, 40_000, np.int64),
         "sm_clock_mhz": np.round(sm_mhz + drift + rng.normal(0, 1.5, ts.size)),
-        "mem_clock_mhz": np.full(ts.size, 2619.0),
+        "memory_clock_mhz": np.full(ts.size, 2619.0),
         "power_w": 300 + 250 * (ts / ts[-1]) + rng.normal(0, 10, ts.size),
         "temperature_c": 45 + 20 * (ts / ts[-1]) + rng.normal(0, 0.5, ts.size),
+        "clock_event_reasons": np.zeros(ts.size, dtype=np.int64),
     }), kind="sampler")
-    gts = ts[::100]
+    g = slice(None, None, 100)
     run.write_table("gpm", pd.DataFrame({
-        "t_s": gts, "dram_bw_util_pct": np.clip(rng.normal(40, 20, gts.size), 0, 100),
-        "sm_util_pct": np.clip(rng.normal(30, 10, gts.size), 0, 100)}), kind="sampler")
+        "t_ns": t_ns[g], "tick": np.arange(t_ns[g].size, dtype=np.int64),
+        "read_ns": np.full(t_ns[g].size, 90_000, np.int64),
+        "gpm_dram_bw_util_pct": np.clip(rng.normal(40, 20, t_ns[g].size), 0, 100),
+        "gpm_sm_util_pct": np.clip(rng.normal(30, 10, t_ns[g].size), 0, 100)}), kind="sampler")
     if complete:
         run.finish("complete")
     return run

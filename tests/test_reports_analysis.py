@@ -66,13 +66,26 @@ def test_loaded_fit_and_replacement_delay(res):
     assert len(levels) == 10
     p50 = [res.replacement[lv].summary["p50"] for lv in levels]
     assert abs(p50[0]) < 5 and all(b >= a for a, b in zip(p50, p50[1:]))
-    assert res.replacement_baseline[0].startswith("L2-near")
+    # The same baseline as probes/analysis.l2_hit_baseline: the median level-0 re-touch.
+    from sitsprof.probes.analysis import l2_hit_baseline
+
+    frame = open_run(res.path).read_table("loaded")
+    assert res.replacement_baseline[0].startswith("median re-touch")
+    assert res.replacement_baseline[1] == pytest.approx(l2_hit_baseline(frame), rel=1e-6)
+
+
+def test_l1_bypassing_ladder_has_its_own_tiers(res):
+    assert [t.name for t in res.tiers_cg][0] == "l2_near"
+    assert res.tiers_cg[0].dist.summary["p50"] == pytest.approx(282, rel=0.05)
+    assert res.ladder_cg is not res.ladder
 
 
 def test_samplers_and_clock_drift(res):
     assert set(res.samplers) == {"nvml", "gpm"}
+    assert set(res.samplers["nvml"]) == {"sm_clock_mhz", "memory_clock_mhz", "power_w", "temperature_c"}
     xs, ys = res.samplers["nvml"]["sm_clock_mhz"]
-    assert xs.size <= 1500 and ys.size == xs.size
+    assert xs.size <= 1500 and ys.size == xs.size and xs[0] == 0.0  # seconds from the phases' origin
+    assert res.phases_aligned
     assert 0 < res.clock["max_drift_pct"] < 2 and res.clock["min_mhz"] < res.clock["max_mhz"]
     assert [p["name"] for p in res.phases] == ["latency", "tlb", "bandwidth", "loaded"]
 
@@ -83,6 +96,17 @@ def test_partial_and_unfinished_run(tmp_path):
     assert not res.complete and res.status == "running"
     assert set(res.missing) == {"tlb", "bandwidth", "loaded"}
     assert res.tiers and res.loaded is None
+
+
+def test_cupti_times_use_the_globaltimer_offset():
+    import pandas as pd
+
+    from sitsprof.reports.analysis import sampler_times_ns
+
+    frame = pd.DataFrame({"gpu_start_ns": [5_000, 6_000], "dram__bytes_read.sum": [1.0, 2.0]})
+    meta = {"clock_sync": {"globaltimer": {"available": True, "offset_ns": 1_000}}}
+    assert sampler_times_ns(frame, meta).tolist() == [4_000, 5_000]
+    assert sampler_times_ns(frame, {}) is None
 
 
 def test_unknown_columns_are_reported_not_fatal(tmp_path):
