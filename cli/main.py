@@ -21,6 +21,7 @@ COMMAND_MODULES: list[str] = [
     "sitsprof.cli.record",
     "sitsprof.cli.export",
     "sitsprof.cli.report",
+    "sitsprof.cli.probe",
 ]
 
 

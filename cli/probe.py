@@ -1,0 +1,244 @@
+"""`sitsprof probe latency|tlb|bandwidth|loaded` and `sitsprof run`: the probe suites.
+
+Wiring only: plans come from `sitsprof.probes.suite`, launches from `sitsprof.probes.gpu`,
+the run directory and samplers from `sitsprof.collectors`, clocks from `sitsprof.pmu.clocks`.
+Plans are validated against the device before the run directory is made or anything runs;
+`--dry-run` prints the plan (against a nominal H200 when no GPU is visible) and launches nothing.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+_DEVICE_OPTS = [
+    click.option("--device", "index", type=int, default=0, show_default=True, help="GPU index."),
+    click.option("--out", "parent", default="runs", show_default=True, type=click.Path(file_okay=False),
+                 help="Folder for run directories."),
+    click.option("--name", default=None, help="Run directory name (default: run-<UTC time>-<random>)."),
+    click.option("--dry-run", is_flag=True, help="Print the plan and the checks; launch nothing."),
+    click.option("--gpm", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+                 help="GPM sampler (Hopper-only counters): auto skips it where unsupported, on requires it."),
+]
+
+
+def _device_options(fn):
+    for opt in reversed(_DEVICE_OPTS):
+        fn = opt(fn)
+    return fn
+
+
+def _nominal_h200():
+    from sitsprof.probes.plan import GiB, MiB, DeviceLimits
+
+    return DeviceLimits(name="NVIDIA H200 (assumed: no GPU visible)", index=0, compute_capability=(9, 0),
+                        sm_count=132, l2_bytes=50 * MiB, memory_bytes=141 * GiB, free_bytes=140 * GiB)
+
+
+def _limits(index: int, dry_run: bool):
+    from sitsprof.pmu.errors import NoGpuError
+    from sitsprof.probes.gpu import device_limits
+
+    try:
+        return device_limits(index)
+    except NoGpuError:
+        if not dry_run:
+            raise
+        return _nominal_h200()
+
+
+def _parse_sizes(text: str | None):
+    from sitsprof.probes.plan import parse_size
+
+    return None if text is None else [parse_size(part) for part in text.split(",") if part.strip()]
+
+
+def _apply(plan, part: str, opts: dict, limits) -> None:
+    """Command-line overrides of one part of the suite plan (validated afterwards)."""
+    from dataclasses import replace
+
+    from sitsprof.probes.plan import TLB_SKEW, ChaseSweep, StreamConfig, geometric_sizes, parse_size
+
+    size = (lambda key: parse_size(opts[key]) if opts.get(key) is not None else None)
+    if part == "tlb" and (opts.get("strides") or opts.get("max_footprint")):
+        strides = _parse_sizes(opts.get("strides")) or [s.stride for s in plan.tlb.sweeps]
+        top = size("max_footprint") or plan.tlb.sweeps[0].footprints[-1]
+        base = plan.tlb.sweeps[0]
+        plan.tlb.sweeps = [ChaseSweep(geometric_sizes(2 * s, max(top, 2 * s), 2, align=s), stride=s,
+                                      skew=TLB_SKEW, samples=base.samples, warm_full_bytes=max(top, 2 * s))
+                           for s in strides]
+    if part == "bandwidth":
+        if opts.get("buffer"):
+            plan.bandwidth.buffer_bytes = size("buffer")
+        if any(opts.get(k) is not None for k in ("sms", "blocks_per_sm", "throttle_ns")):
+            plan.bandwidth.configs = [StreamConfig(active_sms=opts.get("sms") or limits.sm_count,
+                                                   blocks_per_sm=opts.get("blocks_per_sm") or 4,
+                                                   throttle_ns=opts.get("throttle_ns") or 0)]
+    if part == "loaded":
+        if opts.get("levels"):
+            n = opts["levels"] - 1
+            if n < 1:
+                from sitsprof.probes.errors import PlanError
+
+                raise PlanError("--levels must be at least 2 (idle and one loaded level)")
+            plan.loaded = replace(plan.loaded, targets=[(i + 1) / n for i in range(n)])
+        if opts.get("retouch"):
+            plan.loaded = replace(plan.loaded, retouch_bytes=size("retouch"))
+        if opts.get("max_footprint"):
+            plan.loaded = replace(plan.loaded, hbm_footprint=size("max_footprint"))
+        if opts.get("sms"):
+            plan.loaded = replace(plan.loaded, saturator=replace(plan.loaded.saturator, active_sms=opts["sms"]))
+
+
+def _print_plan(console, plan, limits, dry_run: bool) -> None:
+    from sitsprof.probes.plan import format_size
+
+    console.print(f"[bold]{plan.name} suite[/] on {limits.describe()}: {limits.sm_count} SMs, "
+                  f"L2 {format_size(limits.l2_bytes or 0)}, {format_size(limits.free_bytes)} free")
+    for line in plan.describe():
+        part = line.split(":", 1)[0]
+        if part in plan.parts:
+            console.print(f"  {line}")
+    if dry_run:
+        est = plan.estimate_seconds()
+        total = sum(v for k, v in est.items() if k in plan.parts or k == "compile")
+        console.print(f"  planner's estimate: about {total:.0f} s (nominal latencies; not a measurement)")
+
+
+def execute(parts, suite: str, index: int, parent: str, name: str | None, clocks: str, dry_run: bool,
+            gpm: str, overrides: dict | None = None) -> None:
+    """Plan, validate, then (unless dry-run) lock clocks, sample, probe, and write one run directory."""
+    from rich.console import Console
+
+    from sitsprof.probes.plan import require_hopper
+    from sitsprof.probes.suite import make_suite
+
+    console = Console(stderr=True, soft_wrap=True)
+    overrides = overrides or {}
+    limits = _limits(index, dry_run)
+    if gpm == "on":
+        require_hopper(limits, "the GPM counters (--gpm on)")
+    plan = make_suite(suite, limits, tuple(parts), max_footprint=_size_or_none(overrides.get("max_footprint"))
+                      if "latency" in parts else None,
+                      min_footprint=_size_or_none(overrides.get("min_footprint")),
+                      per_octave=overrides.get("per_octave"), samples=overrides.get("samples"))
+    for part in parts:
+        _apply(plan, part, overrides, limits)
+    plan.validate(limits)  # PlanError here: nothing made, nothing launched
+    _print_plan(console, plan, limits, dry_run)
+    if dry_run:
+        console.print("dry run: all checks passed; nothing launched")
+        return
+    run = _run(plan, index, parent, name, clocks, gpm, console)
+    click.echo(f"run directory: {run.path} ({run.status})")
+
+
+def _size_or_none(text):
+    from sitsprof.probes.plan import parse_size
+
+    return None if text is None else parse_size(text)
+
+
+def _run(plan, index, parent, name, clocks, gpm, console):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from sitsprof.collectors.record import Recorder, build_samplers
+    from sitsprof.collectors.rundir import RunDirectory
+    from sitsprof.pmu.clocks import locked_clocks, terminate_raises
+    from sitsprof.pmu.device import device_facts
+    from sitsprof.probes.suite import run_suite
+
+    facts = device_facts(index)
+    run = RunDirectory.create(parent, name, meta={"kind": "probe", "device": facts, "suite": plan.name,
+                                                  "parts": list(plan.parts), "command_line": sys.argv})
+    mode = "none" if clocks == "none" else "lock"
+    with terminate_raises(), run:
+        with locked_clocks(index, sm=None if mode == "none" else clocks, mode=mode) as session:
+            run.update_meta(clocks=session.to_dict())
+            recorder = Recorder(run, build_samplers(index, gpm=gpm != "off"))
+            recorder.start(optional=() if gpm == "on" else ("gpm",))
+            tasks: dict = {}
+            try:
+                with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=console) as bar:
+                    def progress(part, advance, total):
+                        if part not in tasks:
+                            tasks[part] = bar.add_task(part, total=total)
+                        bar.advance(tasks[part], advance)
+
+                    run_suite(run, plan, index, progress)
+            finally:
+                run.update_meta(samplers=recorder.stop())
+        run.update_meta(clocks=session.to_dict())
+        run.finish("complete")
+    return run
+
+
+_SUITE_OPT = click.option("--quick", is_flag=True, help="The quick suite's sizes (fewer footprints and samples).")
+_CLOCKS_OPT = click.option("--clocks", type=click.Choice(["max", "base", "none"]), default="none",
+                           show_default=True, help="Lock the SM clock (root) or leave it and record its drift.")
+
+
+@click.group("probe")
+def probe() -> None:
+    """Run one probe (latency ladder, TLB sweep, bandwidth, loaded latency) into a run directory."""
+
+
+def _probe_command(part: str, doc: str, options: list):
+    """`sitsprof probe <part>`: one part of the suite with its own overrides."""
+
+    def command(quick, clocks, index, parent, name, dry_run, gpm, **overrides):
+        execute((part,), "quick" if quick else "full", index, parent, name, clocks, dry_run, gpm, overrides)
+
+    command.__doc__ = doc
+    for opt in reversed([_SUITE_OPT, _CLOCKS_OPT, *options]):
+        command = opt(command)
+    return probe.command(part)(_device_options(command))
+
+
+_probe_command("latency", "Pointer-chase latency ladder over 128 B lines, tiers by change-point detection.", [
+    click.option("--min-footprint", default=None, help="Smallest footprint (default 16KiB)."),
+    click.option("--max-footprint", default=None, help="Largest footprint (default 1GiB quick, 4GiB full)."),
+    click.option("--per-octave", type=int, default=None, help="Footprints per doubling (default 2 quick, 4 full)."),
+    click.option("--samples", type=int, default=None, help="Timed accesses per footprint."),
+])
+_probe_command("tlb", "Chase with page-sized strides over growing footprints; latency steps = TLB reach.", [
+    click.option("--strides", default=None, help="Comma-separated strides (default 2MiB,32MiB[,512MiB])."),
+    click.option("--max-footprint", default=None, help="Largest footprint (default 4GiB quick, 16GiB full)."),
+])
+_probe_command("bandwidth", "Read, write and copy kernels at several intensities, against cudaMemcpy D2D.", [
+    click.option("--sms", type=int, default=None, help="Active SMs (one setting instead of the sweep)."),
+    click.option("--blocks-per-sm", type=int, default=None, help="Blocks per SM (with --sms)."),
+    click.option("--throttle-ns", type=int, default=None, help="Sleep per iteration, ns (with --sms)."),
+    click.option("--buffer", default=None, help="Buffer size (default 1GiB quick, 4GiB full)."),
+])
+_probe_command("loaded", "Latency on one SM while a saturator streams on the others, idle to peak; "
+               "replacement delay.", [
+    click.option("--levels", type=int, default=None, help="Load levels including idle (default 9 quick, 17 full)."),
+    click.option("--retouch", default=None, help="Re-touched L2-resident set (default 64KiB)."),
+    click.option("--max-footprint", default=None, help="HBM chase footprint."),
+    click.option("--sms", type=int, default=None, help="Saturator SMs (default all; the probe's SM is left free)."),
+])
+
+
+@click.command("run")
+@click.option("--suite", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
+              help="quick fits in about 3 minutes on an H200.")
+@click.option("--clocks", type=click.Choice(["max", "base", "none"]), default="max", show_default=True,
+              help="Lock the SM clock for the run (root; restored after) or leave it and record its drift.")
+@click.option("--parts", default="latency,tlb,bandwidth,loaded", show_default=True,
+              help="Comma-separated probes to run.")
+@_device_options
+def run(suite, clocks, parts, index, parent, name, dry_run, gpm):
+    """Lock clocks, start the samplers, run the probe suite, write one run directory."""
+    from sitsprof.probes.errors import PlanError
+    from sitsprof.probes.suite import PARTS
+
+    chosen = tuple(p.strip() for p in parts.split(",") if p.strip())
+    bad = [p for p in chosen if p not in PARTS]
+    if bad or not chosen:
+        raise PlanError(f"unknown probe(s) {', '.join(bad) or '(none)'}: choose from {', '.join(PARTS)}")
+    execute(chosen, suite, index, parent, name, clocks, dry_run, gpm)
+
+
+COMMANDS = [probe, run]

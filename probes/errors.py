@@ -1,0 +1,16 @@
+"""Errors the probes report to users (one line, exit status 2 from the CLI)."""
+from __future__ import annotations
+
+
+class ProbeError(ValueError):
+    """Base for user-facing probe errors; `exit_code` tells the CLI how to exit."""
+
+    exit_code = 2
+
+
+class PlanError(ProbeError):
+    """A probe plan that cannot run on this device; raised before anything is launched."""
+
+
+class CompileError(ProbeError):
+    """A probe kernel that does not compile (names the file and carries the compiler log)."""

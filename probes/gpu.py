@@ -1,0 +1,313 @@
+"""GPU side of the probes: CuPy launchers of kernels/*.cu.
+
+CuPy is imported inside `import_cupy()` only; without it, or without a GPU and driver, the
+user gets `NoGpuError` (one line, exit status 2). Kernel scalar arguments are passed as
+explicit NumPy scalars (np.uint32 / np.uint64) to match the C signatures byte for byte.
+Every plan is validated against the device (`plan.validate`) before the first launch.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from sitsprof.pmu.errors import NoGpuError
+
+from . import analysis
+from .kernels import load_module
+from .plan import (LINE_BYTES, BandwidthPlan, ChaseSweep, DeviceLimits, LatencyPlan, LoadedPlan, StreamConfig,
+                   TlbPlan)
+
+Progress = Callable[[int], None]  # advance(n) callback
+U64_MAX = np.uint64(2**64 - 1)
+_CTL_READY, _CTL_PROBE_SM, _CTL_STARTED, _CTL_LEFT = 1, 0, 3, 4  # kernels/loaded.cu
+READY_TIMEOUT_NS = 50_000_000
+
+
+def import_cupy():
+    """CuPy with at least one visible GPU, or NoGpuError saying what is missing."""
+    try:
+        import cupy as cp
+    except ImportError as exc:
+        raise NoGpuError("the probes need CuPy to run their kernels and it is not installed; "
+                         "install the gpu extra (pip install 'sitsprof[gpu]', i.e. cupy-cuda13x)") from exc
+    try:
+        count = cp.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDARuntimeError, or a missing libcuda
+        raise NoGpuError(f"no usable NVIDIA GPU/driver for CuPy ({exc}); run the probes on a machine with an "
+                         "NVIDIA GPU and driver") from exc
+    if count < 1:
+        raise NoGpuError("CuPy sees no NVIDIA GPU; run the probes on a machine with one")
+    return cp
+
+
+def device_limits(index: int = 0) -> DeviceLimits:
+    """Planning facts from the CUDA runtime (free memory after CuPy's pool gives back its blocks)."""
+    cp = import_cupy()
+    if index >= cp.cuda.runtime.getDeviceCount():
+        raise NoGpuError(f"there is no GPU {index}; CuPy sees {cp.cuda.runtime.getDeviceCount()}")
+    with cp.cuda.Device(index):
+        cp.get_default_memory_pool().free_all_blocks()
+        props = cp.cuda.runtime.getDeviceProperties(index)
+        free, total = cp.cuda.runtime.memGetInfo()
+    name = props["name"]
+    name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+    return DeviceLimits(name=name, index=index, compute_capability=(int(props["major"]), int(props["minor"])),
+                        sm_count=int(props["multiProcessorCount"]), l2_bytes=int(props["l2CacheSize"]),
+                        memory_bytes=int(total), free_bytes=int(free))
+
+
+def _noop(n: int) -> None:
+    return None
+
+
+class Probes:
+    """One GPU's probe session: compiled kernels, the measured SM clock and timer overhead."""
+
+    def __init__(self, index: int = 0):
+        self.cp = import_cupy()
+        self.index = index
+        self.cp.cuda.Device(index).use()
+        self.limits = device_limits(index)
+        self.mhz: float | None = None
+        self.overhead: dict | None = None
+        self._sink = self.cp.zeros(4, dtype=self.cp.uint64)
+
+    # -- basics -----------------------------------------------------------------------------
+    def kernel(self, module: str, name: str):
+        return load_module(module).get_function(name)
+
+    def refresh_limits(self) -> DeviceLimits:
+        self.limits = device_limits(self.index)
+        return self.limits
+
+    def calibrate(self, spin_ns: int = 20_000_000, timer_samples: int = 4096) -> dict:
+        """Measure the SM clock (clock64 against %globaltimer) and the timer overhead."""
+        cp = self.cp
+        out = cp.zeros(2, dtype=cp.uint64)
+        self.kernel("chase", "sm_clock_rate")((1,), (1,), (np.uint64(spin_ns), out))
+        ns, cycles = (int(x) for x in out.get())
+        self.mhz = analysis.sm_clock_mhz(ns, cycles)
+        lat = cp.empty(timer_samples, dtype=cp.uint32)
+        self.kernel("chase", "timer_overhead")((1,), (1,), (np.uint32(timer_samples), lat, self._sink))
+        self.overhead = analysis.timer_overhead(lat.get())
+        return {"sm_clock_mhz": self.mhz, "timer_overhead_cycles": self.overhead["median"],
+                "timer_overhead": self.overhead, "clock_spin_ns": ns, "clock_spin_cycles": cycles}
+
+    def build_ring(self, buf, links: int, stride: int, skew: int = 0, seed: int = 0) -> int:
+        """Write a random ring of `links` links into `buf`; returns the start address."""
+        cp = self.cp
+        order = cp.random.RandomState(seed).permutation(links).astype(cp.uint64)
+        threads = 256
+        blocks = int(min((links + threads - 1) // threads, 8192))
+        self.kernel("chase", "chase_init")((blocks,), (threads,),
+                                           (buf, order, np.uint64(links), np.uint64(stride), np.uint64(skew)))
+        first = int(order[0].get())
+        del order
+        return int(buf.data.ptr) + int(analysis.link_offset(first, stride, skew))
+
+    def chase(self, variant: str, start: int, warm: int, n: int, gap_ns: int = 0) -> np.ndarray:
+        """Raw per-access cycle counts of one chase (`ca` default caching, `cg` L1 bypass)."""
+        cp = self.cp
+        lat = cp.empty(n, dtype=cp.uint32)
+        name = {"ca": "chase_ca", "cg": "chase_cg"}[variant]
+        self.kernel("chase", name)((1,), (1,), (np.uint64(start), np.uint32(warm), np.uint32(n),
+                                                np.uint32(gap_ns), lat, self._sink))
+        return lat.get()
+
+    def _need_calibration(self) -> None:
+        if self.mhz is None or self.overhead is None:
+            self.calibrate()
+
+    def _sweep_frames(self, sweep: ChaseSweep, variants, progress: Progress, buf=None) -> dict:
+        import pandas as pd
+
+        cp = self.cp
+        buf = cp.empty(sweep.buffer_bytes, dtype=cp.uint8) if buf is None else buf
+        frames = {v: [] for v in variants}
+        for i, fp in enumerate(sweep.footprints):
+            links = sweep.links(fp)
+            start = self.build_ring(buf, links, sweep.stride, sweep.skew, seed=sweep.seed + i)
+            for v in variants:
+                raw = self.chase(v, start, sweep.warm(fp), sweep.samples)
+                frames[v].append(analysis.chase_frame(raw, self.overhead["median"], self.mhz, variant=v,
+                                                      stride_bytes=sweep.stride, footprint_bytes=fp))
+                progress(1)
+        del buf
+        cp.get_default_memory_pool().free_all_blocks()
+        return {v: pd.concat(f, ignore_index=True) for v, f in frames.items()}
+
+    # -- probes -------------------------------------------------------------------------------
+    def latency(self, plan: LatencyPlan, progress: Progress = _noop) -> dict:
+        """Latency ladder -> {'latency': default-cached samples, 'latency_cg': L1-bypassing samples}."""
+        plan.validate(self.refresh_limits())
+        self._need_calibration()
+        frames = self._sweep_frames(plan.sweep, plan.variants, progress)
+        names = {"ca": "latency", "cg": "latency_cg"}
+        return {names[v]: f for v, f in frames.items()}
+
+    def tlb(self, plan: TlbPlan, progress: Progress = _noop):
+        """TLB sweep -> one table of samples over (stride, footprint)."""
+        import pandas as pd
+
+        plan.validate(self.refresh_limits())
+        self._need_calibration()
+        parts = [self._sweep_frames(s, ("cg",), progress)["cg"] for s in plan.sweeps]
+        return pd.concat(parts, ignore_index=True)
+
+    def bandwidth(self, plan: BandwidthPlan, progress: Progress = _noop):
+        """Streaming kernels at each intensity, and cudaMemcpy D2D on the same buffers."""
+        import pandas as pd
+
+        cp = self.cp
+        plan.validate(self.refresh_limits())
+        src = cp.zeros(plan.buffer_bytes, dtype=cp.uint8)
+        dst = cp.zeros(plan.buffer_bytes, dtype=cp.uint8)
+        stream = cp.cuda.Stream(non_blocking=True)
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        rows = []
+
+        def timed(launch) -> float:
+            launch()  # warm-up launch, untimed
+            e0.record(stream)
+            launch()
+            e1.record(stream)
+            e1.synchronize()
+            return cp.cuda.get_elapsed_time(e0, e1) / 1e3
+
+        for cfg in plan.configs:
+            nvec = cfg.vectors(plan.buffer_bytes)
+            smids = cp.zeros(cfg.blocks, dtype=cp.uint32)
+            common = (np.uint64(nvec), np.uint32(plan.passes), np.uint32(cfg.throttle_ns), smids)
+            args = {"read": (src,) + common + (self._sink,), "write": (dst,) + common, "copy": (src, dst) + common}
+            for kernel in plan.kernels:
+                fn = self.kernel("bandwidth", f"bw_{kernel}")
+
+                def launch(fn=fn, a=args[kernel]):
+                    with stream:
+                        fn((cfg.blocks,), (cfg.threads,), a)
+
+                for rep in range(plan.reps):
+                    seconds = timed(launch)
+                    nbytes = analysis.bytes_moved(kernel, nvec, plan.passes)
+                    rows.append({"kernel": kernel, "active_sms": cfg.active_sms, "blocks_per_sm": cfg.blocks_per_sm,
+                                 "blocks": cfg.blocks, "threads": cfg.threads, "throttle_ns": cfg.throttle_ns,
+                                 "sms_used": int(np.unique(smids.get()).size), "rep": rep, "bytes": nbytes,
+                                 "seconds": seconds, "achieved_gbs": nbytes / seconds / 1e9})
+                progress(1)
+        nbytes_one = plan.buffer_bytes
+
+        def memcpy():
+            for _ in range(plan.passes):
+                cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes_one,
+                                            cp.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+
+        for rep in range(plan.reps):
+            seconds = timed(memcpy)
+            nbytes = analysis.bytes_moved("memcpy", nbytes_one // 16, plan.passes)
+            rows.append({"kernel": "memcpy", "active_sms": 0, "blocks_per_sm": 0, "blocks": 0, "threads": 0,
+                         "throttle_ns": 0, "sms_used": 0, "rep": rep, "bytes": nbytes, "seconds": seconds,
+                         "achieved_gbs": nbytes / seconds / 1e9})
+        progress(1)
+        del src, dst
+        cp.get_default_memory_pool().free_all_blocks()
+        return analysis.add_memcpy_ratio(pd.DataFrame(rows))
+
+    # -- loaded latency -------------------------------------------------------------------------
+    def _control(self, probe_present: bool):
+        cp = self.cp
+        ctl = np.zeros(8, dtype=np.uint32)
+        ctl[_CTL_PROBE_SM] = 0xFFFFFFFF
+        ctl[_CTL_READY] = 0 if probe_present else 1
+        stats = np.array([0, U64_MAX, 0, 0, 0], dtype=np.uint64)
+        return cp.asarray(ctl), cp.asarray(stats)
+
+    def _saturate(self, cfg: StreamConfig, src, nvec: int, sleep_ns: int, ctl, stats, max_ns: int):
+        self.kernel("loaded", "saturator_read")((cfg.blocks,), (cfg.threads,),
+                                                (src, np.uint64(nvec), np.uint32(sleep_ns), ctl, stats,
+                                                 np.uint64(max_ns), self._sink))
+
+    def loaded(self, plan: LoadedPlan, progress: Progress = _noop) -> dict:
+        """Loaded latency -> {'loaded': per-sample rows, 'loaded_calibration': saturator alone}."""
+        import pandas as pd
+
+        cp = self.cp
+        plan = plan.for_device(self.refresh_limits())
+        plan.validate(self.limits)
+        self._need_calibration()
+        cfg = plan.saturator
+        sat = cp.zeros(plan.saturator_bytes, dtype=cp.uint8)
+        nvec = cfg.vectors(plan.saturator_bytes)
+        # 1. the saturator alone at each throttle: bandwidth against sleep per iteration
+        cal = []
+        for sleep in plan.calibration_sleeps_ns:
+            ctl, stats = self._control(probe_present=False)
+            self._saturate(cfg, sat, nvec, sleep, ctl, stats, plan.calibration_ns)
+            cp.cuda.runtime.deviceSynchronize()
+            cal.append({"throttle_ns": int(sleep), "achieved_gbs": analysis.saturator_gbs(stats.get()),
+                        "blocks": cfg.blocks, "threads": cfg.threads})
+        progress(1)
+        cal_frame = pd.DataFrame(cal)
+        peak = float(cal_frame["achieved_gbs"].max())
+        sleeps = analysis.choose_throttles(cal_frame["throttle_ns"], cal_frame["achieved_gbs"],
+                                           [t * peak for t in plan.targets])
+        # 2. the two chases: (a) HBM misses, (b) re-touches of an L2-resident set
+        hbm_buf = cp.empty(plan.hbm_footprint, dtype=cp.uint8)
+        ret_buf = cp.empty(plan.retouch_bytes, dtype=cp.uint8)
+        chases = {
+            "hbm": (self.build_ring(hbm_buf, plan.hbm_footprint // LINE_BYTES, LINE_BYTES, seed=plan.seed),
+                    min(plan.samples, plan.hbm_footprint // LINE_BYTES), 0),
+            "retouch": (self.build_ring(ret_buf, plan.retouch_bytes // LINE_BYTES, LINE_BYTES, seed=plan.seed + 1),
+                        plan.retouch_bytes // LINE_BYTES, plan.retouch_gap_ns),
+        }
+        probe_fn = self.kernel("loaded", "loaded_chase")
+        s_probe = cp.cuda.Stream(non_blocking=True)
+        s_sat = cp.cuda.Stream(non_blocking=True)
+        frames = []
+        levels = [(0, 0.0, 0)] + [(i + 1, t, s) for i, (t, s) in enumerate(zip(plan.targets, sleeps))]
+        for level, target, sleep in levels:
+            for access, (start, warm, gap) in chases.items():
+                ctl, stats = self._control(probe_present=True)
+                lat = cp.empty(plan.samples, dtype=cp.uint32)
+                loaded = level > 0
+                with s_probe:  # the probe first: it publishes its SM before the saturator looks
+                    probe_fn((1,), (1,), (np.uint64(start), np.uint32(warm), np.uint32(plan.samples),
+                                          np.uint32(gap), lat, self._sink, ctl, stats, np.uint32(loaded),
+                                          np.uint64(plan.settle_ns), np.uint64(READY_TIMEOUT_NS)))
+                if loaded:
+                    with s_sat:
+                        self._saturate(cfg, sat, nvec, sleep, ctl, stats, plan.max_ns)
+                s_probe.synchronize()
+                s_sat.synchronize()
+                c, st = ctl.get(), stats.get()
+                gbs = analysis.saturator_gbs(st) if loaded else 0.0
+                frame = analysis.chase_frame(lat.get(), self.overhead["median"], self.mhz, level=level,
+                                             target_fraction=target, throttle_ns=int(sleep), access=access,
+                                             achieved_gbs=gbs, bandwidth_fraction=gbs / peak if peak else 0.0,
+                                             probe_sm=int(c[_CTL_PROBE_SM]),
+                                             saturator_blocks=int(c[_CTL_STARTED]),
+                                             blocks_left_probe_sm=int(c[_CTL_LEFT]),
+                                             footprint_bytes=(plan.hbm_footprint if access == "hbm"
+                                                              else plan.retouch_bytes))
+                frames.append(frame)
+            progress(1)
+        del sat, hbm_buf, ret_buf
+        cp.get_default_memory_pool().free_all_blocks()
+        table = analysis.add_replacement_delay(pd.concat(frames, ignore_index=True))
+        return {"loaded": table, "loaded_calibration": cal_frame, "peak_gbs": peak}
+
+
+def timed_phase(phases: list, name: str, t0: float):
+    """Context helper: append {'name', 'start_s', 'end_s'} (seconds since t0) around a block."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def _cm():
+        start = time.monotonic() - t0
+        try:
+            yield
+        finally:
+            phases.append({"name": name, "start_s": start, "end_s": time.monotonic() - t0})
+
+    return _cm()

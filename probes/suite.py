@@ -1,0 +1,175 @@
+"""The probe suites (`quick`, `full`): plans sized from the device, and running them into a run directory.
+
+The quick suite is sized to finish in about 3 minutes on an H200 (most of it is the warm-up
+passes of the L2-sized ladder footprints and the kernel compiles); `estimate_seconds` gives
+the planner's own estimate from access counts and nominal latencies, shown by `--dry-run`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .plan import (GiB, KiB, MiB, TLB_SKEW, BandwidthPlan, ChaseSweep, DeviceLimits, LatencyPlan, LoadedPlan,
+                   StreamConfig, TlbPlan, format_size, geometric_sizes)
+
+SUITES = ("quick", "full")
+PARTS = ("latency", "tlb", "bandwidth", "loaded")
+#: Nominal latencies (ns) used only to estimate durations for the planner, never reported.
+_EST_NS = {"l2": 200.0, "hbm": 600.0, "tlb": 900.0}
+
+
+@dataclass
+class SuitePlan:
+    name: str
+    latency: LatencyPlan
+    tlb: TlbPlan
+    bandwidth: BandwidthPlan
+    loaded: LoadedPlan
+    parts: tuple[str, ...] = PARTS
+    notes: list[str] = field(default_factory=list)
+
+    def validate(self, device: DeviceLimits) -> None:
+        for part in self.parts:
+            plan = getattr(self, part)
+            if part == "loaded":
+                plan = plan.for_device(device)
+            plan.validate(device)
+
+    def steps(self, part: str) -> int:
+        """Progress steps a part reports (one per chase, kernel setting or load level)."""
+        if part == "latency":
+            return len(self.latency.sweep.footprints) * len(self.latency.variants)
+        if part == "tlb":
+            return sum(len(s.footprints) for s in self.tlb.sweeps)
+        if part == "bandwidth":
+            return len(self.bandwidth.configs) * len(self.bandwidth.kernels) + 1
+        return 1 + self.loaded.levels
+
+    def describe(self) -> list[str]:
+        lat, tlb, bw, ld = self.latency, self.tlb, self.bandwidth, self.loaded
+        fps = lat.sweep.footprints
+        return [
+            f"latency: {len(fps)} footprints {format_size(fps[0])} .. {format_size(fps[-1])}, "
+            f"{lat.sweep.samples} samples each, variants {', '.join(lat.variants)}",
+            "tlb: " + "; ".join(f"stride {format_size(s.stride)}: {len(s.footprints)} footprints "
+                                f"{format_size(s.footprints[0])} .. {format_size(s.footprints[-1])}"
+                                for s in tlb.sweeps),
+            f"bandwidth: {', '.join(bw.kernels)} + memcpy over {format_size(bw.buffer_bytes)}, "
+            f"{len(bw.configs)} intensity settings x {bw.reps} reps",
+            f"loaded: {ld.levels} levels (idle + {len(ld.targets)} targets up to {max(ld.targets):.0%}), "
+            f"HBM chase over {format_size(ld.hbm_footprint)}, re-touch set {format_size(ld.retouch_bytes)}, "
+            f"saturator over {format_size(ld.saturator_bytes)}",
+        ]
+
+    def estimate_seconds(self) -> dict[str, float]:
+        """Rough duration per part from access counts and nominal latencies (planning only)."""
+        s = self.latency.sweep
+        l2 = 50 * MiB
+        lat = 0.0
+        for fp in s.footprints:
+            per = (_EST_NS["l2"] if fp <= l2 else _EST_NS["hbm"]) * 1e-9
+            lat += len(self.latency.variants) * ((s.warm(fp) + s.samples) * per + 0.02)
+        tlb = sum((sw.warm(fp) + sw.samples) * _EST_NS["tlb"] * 1e-9 + 0.02
+                  for sw in self.tlb.sweeps for fp in sw.footprints)
+        bw = self.bandwidth
+        bw_s = 0.0
+        for c in bw.configs:
+            gbs = min(3500.0, 30.0 * c.active_sms) / (1 + c.throttle_ns / 2000.0)
+            bw_s += len(bw.kernels) * (bw.reps + 1) * (2 * bw.passes * bw.buffer_bytes / (gbs * 1e9)) + 0.01
+        ld = self.loaded
+        ld_s = (len(ld.calibration_sleeps_ns) * ld.calibration_ns * 1e-9
+                + ld.levels * 2 * (ld.samples * 4 * _EST_NS["hbm"] * 1e-9 + ld.settle_ns * 1e-9 + 0.05))
+        return {"latency": lat, "tlb": tlb, "bandwidth": bw_s, "loaded": ld_s, "compile": 10.0}
+
+
+def make_suite(name: str, device: DeviceLimits, parts: tuple[str, ...] = PARTS,
+               max_footprint: int | None = None, min_footprint: int | None = None,
+               per_octave: int | None = None, samples: int | None = None) -> SuitePlan:
+    """The quick or full suite for `device`; the keyword overrides apply to the latency ladder."""
+    if name not in SUITES:
+        from .errors import PlanError
+
+        raise PlanError(f"unknown suite {name!r}: use {' or '.join(SUITES)}")
+    quick = name == "quick"
+    l2 = int(device.l2_bytes or 50 * MiB)
+    lat_max = max_footprint or (1 * GiB if quick else 4 * GiB)
+    lat_min = min_footprint or 16 * KiB
+    ladder = ChaseSweep(geometric_sizes(lat_min, lat_max, per_octave or (2 if quick else 4)),
+                        samples=samples or (2048 if quick else 8192), warm_full_bytes=l2)
+    tlb_max = 4 * GiB if quick else 16 * GiB
+    tlb_sweeps = [ChaseSweep(geometric_sizes(2 * stride, tlb_max, 2 if quick else 4, align=stride), stride=stride,
+                             skew=TLB_SKEW, samples=1024 if quick else 4096, warm_full_bytes=tlb_max)
+                  for stride in ((2 * MiB, 32 * MiB) if quick else (2 * MiB, 32 * MiB, 512 * MiB))]
+    sms = max(device.sm_count, 1)
+    sm_steps = sorted({max(1, sms * k // 16) for k in (1, 2, 4, 8, 12, 16)} | {1, 2, 4})
+    configs = [StreamConfig(active_sms=n) for n in sm_steps]
+    configs += [StreamConfig(active_sms=sms, throttle_ns=t) for t in ((500, 2000, 8000) if quick
+                                                                       else (250, 500, 1000, 2000, 4000, 8000))]
+    if not quick:
+        configs += [StreamConfig(active_sms=sms, blocks_per_sm=b, threads=256) for b in (1, 2, 4, 8)]
+    bandwidth = BandwidthPlan(buffer_bytes=1 * GiB if quick else 4 * GiB, configs=configs,
+                              reps=3 if quick else 5)
+    loaded = LoadedPlan(hbm_footprint=max(8 * l2, 512 * MiB) if quick else max(16 * l2, 2 * GiB),
+                        retouch_bytes=64 * KiB, saturator_bytes=max(16 * l2, 1 * GiB),
+                        targets=[i / 8 for i in range(1, 9)] if quick else [i / 16 for i in range(1, 17)],
+                        samples=4096 if quick else 16384)
+    return SuitePlan(name, LatencyPlan(ladder), TlbPlan(tlb_sweeps), bandwidth, loaded, parts=tuple(parts))
+
+
+def run_suite(run, plan: SuitePlan, index: int = 0, progress: Callable[[str, int, int], None] | None = None,
+              probes=None) -> dict:
+    """Run the suite's parts on GPU `index`, writing each probe table into `run` as it completes.
+
+    progress(part, advance, total) is called as steps finish. Returns the calibration facts.
+    """
+    from . import analysis
+    from .gpu import Probes, timed_phase
+
+    probes = probes or Probes(index)
+    plan.validate(probes.limits)
+    report = progress or (lambda part, advance, total: None)
+    t0 = time.monotonic()
+    phases: list[dict] = []
+
+    def step(part):
+        total = plan.steps(part)
+        report(part, 0, total)
+        return lambda n: report(part, n, total)
+
+    with timed_phase(phases, "calibrate", t0):
+        facts = probes.calibrate(plan.latency.clock_spin_ns, plan.latency.timer_samples)
+    run.update_meta(sm_clock_mhz=facts["sm_clock_mhz"], timer_overhead_cycles=facts["timer_overhead_cycles"],
+                    probe_calibration=facts, suite=plan.name, probe_plan=plan.describe())
+    mhz = facts["sm_clock_mhz"]
+    if "latency" in plan.parts:
+        with timed_phase(phases, "latency", t0):
+            tables = probes.latency(plan.latency, step("latency"))
+        summaries = []
+        for name, frame in tables.items():
+            run.write_table(name, frame)
+            summaries.append(analysis.summarize(frame, ["variant", "footprint_bytes"]))
+        import pandas as pd
+
+        summary = pd.concat(summaries, ignore_index=True)
+        run.write_table("latency_summary", summary)
+        tiers = [analysis.tiers_frame(summary, v, mhz, probes.limits.l2_bytes) for v in plan.latency.variants]
+        run.write_table("latency_tiers", pd.concat(tiers, ignore_index=True))
+    if "tlb" in plan.parts:
+        with timed_phase(phases, "tlb", t0):
+            frame = probes.tlb(plan.tlb, step("tlb"))
+        run.write_table("tlb", frame)
+        run.write_table("tlb_steps", analysis.tlb_steps_frame(analysis.summarize(frame, ["stride_bytes",
+                                                                                         "footprint_bytes"])))
+    if "bandwidth" in plan.parts:
+        with timed_phase(phases, "bandwidth", t0):
+            run.write_table("bandwidth", probes.bandwidth(plan.bandwidth, step("bandwidth")))
+    if "loaded" in plan.parts:
+        with timed_phase(phases, "loaded", t0):
+            out = probes.loaded(plan.loaded, step("loaded"))
+        run.write_table("loaded", out["loaded"])
+        run.write_table("loaded_calibration", out["loaded_calibration"])
+        run.write_table("loaded_levels", analysis.loaded_levels(out["loaded"], mhz))
+        facts["saturator_peak_gbs"] = out["peak_gbs"]
+    run.update_meta(phases=phases)
+    return facts

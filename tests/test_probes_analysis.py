@@ -1,0 +1,148 @@
+"""Post-processing of probe output on constructed (recorded-shape) arrays: no GPU involved."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sitsprof.probes import analysis as A
+from sitsprof.probes.errors import ProbeError
+from sitsprof.probes.plan import KiB, MiB
+
+MHZ = 1980.0
+
+
+def test_ring_is_one_cycle_through_every_link():
+    order = A.ring_order(1000, seed=3)
+    assert sorted(order.tolist()) == list(range(1000))
+    nxt = A.ring_next(order)
+    visited = A.walk(nxt, int(order[0]), 1000)
+    assert sorted(visited.tolist()) == list(range(1000))  # one cycle, all links, no repeats
+    assert visited[-1] == order[0]
+    assert not np.array_equal(order, np.arange(1000, dtype=np.uint64))  # permuted, not sequential
+    with pytest.raises(ProbeError):
+        A.ring_order(1)
+
+
+def test_link_offsets_stay_in_their_page_and_spread_lines():
+    stride, skew = 2 * MiB, 17 * 128
+    k = np.arange(4096)
+    off = A.link_offset(k, stride, skew).astype(np.int64)
+    assert np.all(off // stride == k)  # each link in its own stride-sized page
+    assert np.all(off % 128 == 0)
+    assert np.unique((off % stride) // 128).size == 4096  # distinct lines inside the pages
+    assert np.array_equal(A.link_offset(k, 128), k * 128)
+
+
+def test_sm_clock_and_conversion():
+    mhz = A.sm_clock_mhz(20_000_000, 39_600_000)
+    assert mhz == pytest.approx(1980.0)
+    assert A.cycles_to_ns(1980, mhz) == pytest.approx(1000.0)
+    with pytest.raises(ProbeError):
+        A.sm_clock_mhz(0, 10)
+
+
+def test_overhead_is_subtracted_from_recorded_stamps():
+    rng = np.random.default_rng(0)
+    overhead = A.timer_overhead(np.where(rng.random(4096) < 0.99, 6, 40))
+    assert overhead["median"] == 6.0 and overhead["p99"] <= 40
+    raw = np.array([38, 286, 656], dtype=np.uint32)
+    frame = A.chase_frame(raw, overhead["median"], MHZ, footprint_bytes=16 * KiB, variant="ca")
+    assert frame["latency_cycles"].tolist() == [32.0, 280.0, 650.0]
+    assert frame["latency_ns"].iloc[1] == pytest.approx(280 / 1.98, rel=1e-6)
+    assert frame["footprint_bytes"].unique().tolist() == [16 * KiB]
+    assert frame["sample"].tolist() == [0, 1, 2]
+
+
+def test_summary_and_tiers_from_recorded_ladder():
+    rng = np.random.default_rng(1)
+    frames = []
+    for fp, lvl in [(16 * KiB, 32), (32 * KiB, 32), (64 * KiB, 32), (128 * KiB, 32), (1 * MiB, 280),
+                    (2 * MiB, 280), (4 * MiB, 280), (8 * MiB, 280), (32 * MiB, 510), (45 * MiB, 510),
+                    (128 * MiB, 650), (256 * MiB, 650), (512 * MiB, 650), (1024 * MiB, 650)]:
+        raw = (lvl + 6) * (1 + rng.normal(0, 0.03, 512))
+        frames.append(A.chase_frame(raw, 6, MHZ, footprint_bytes=fp, variant="ca", stride_bytes=128))
+    frame = pd.concat(frames, ignore_index=True)
+    summary = A.summarize(frame, ["variant", "footprint_bytes"])
+    assert len(summary) == 14 and (summary["count"] == 512).all()
+    assert list(summary.columns[:2]) == ["variant", "footprint_bytes"]
+    assert summary["p50"].iloc[0] == pytest.approx(32, rel=0.02)
+    tiers = A.tiers_frame(summary, "ca", MHZ, l2_bytes=50 * MiB)
+    assert tiers["tier"].tolist() == ["l1", "l2_near", "l2_far", "hbm"]
+    assert tiers["p50_ns"].iloc[-1] == pytest.approx(650 / 1.98, rel=0.03)
+
+
+def test_tlb_steps_frame():
+    rows = []
+    for stride in (2 * MiB, 32 * MiB):
+        for k, fp in enumerate([64, 128, 256, 512, 1024, 2048, 4096, 8192]):
+            lvl = 300 + (60 if k >= 4 else 0)
+            rows.append({"stride_bytes": stride, "footprint_bytes": fp * MiB, "p50": float(lvl)})
+    steps = A.tlb_steps_frame(pd.DataFrame(rows))
+    assert set(steps["stride_bytes"]) == {2 * MiB, 32 * MiB}
+    first = steps[steps["stride_bytes"] == 2 * MiB].iloc[0]
+    assert first["reach_bytes"] == 512 * MiB and first["step_at_bytes"] == 1024 * MiB
+    assert first["reach_pages"] == 256 and first["step_cycles"] == pytest.approx(60)
+
+
+def test_bandwidth_bytes_and_memcpy_ratio():
+    assert A.bytes_moved("read", 1000, 2) == 32_000
+    assert A.bytes_moved("copy", 1000, 2) == 64_000
+    frame = A.add_memcpy_ratio(pd.DataFrame({"kernel": ["copy", "memcpy", "memcpy"],
+                                             "achieved_gbs": [4100.0, 4200.0, 4000.0]}))
+    assert frame["ratio_to_memcpy"].tolist() == pytest.approx([4100 / 4200, 1.0, 4000 / 4200])
+
+
+def test_saturator_bandwidth_from_recorded_stats():
+    assert A.saturator_gbs(np.array([4_000_000_000, 1_000, 1_001_000, 0, 0], dtype=np.uint64)) == 4000.0
+    assert A.saturator_gbs(np.array([0, 2**64 - 1, 0, 0, 0], dtype=np.uint64)) == 0.0
+
+
+def test_choose_throttles_inverts_a_monotone_calibration():
+    sleeps = [0, 100, 200, 400, 800, 1600, 3200, 6400]
+    gbs = [4000, 3900, 3500, 2600, 1600, 900, 480, 250]
+    got = A.choose_throttles(sleeps, gbs, [4000, 3500, 2000, 480, 100, 5000])
+    assert got[0] == 0 and got[1] == 200 and got[3] == 3200
+    assert 400 < got[2] < 800
+    assert got[4] > 6400          # below the slowest calibration point: extrapolated
+    assert got[5] == 0            # above peak: unthrottled
+    # a noisy, non-monotone calibration still gives non-increasing bandwidth for more sleep
+    noisy = A.choose_throttles(sleeps, [4000, 4050, 3500, 3600, 1600, 900, 480, 250], [3550])
+    assert 100 <= noisy[0] <= 400
+
+
+def loaded_frame(rng, levels=9, n=400):
+    frames = []
+    for level in range(levels):
+        frac = level / (levels - 1)
+        hbm = 650 * (1 + 0.5 * frac ** 3) * (1 + rng.normal(0, 0.02, n))
+        evicted = rng.random(n) < frac * 0.8
+        retouch = np.where(evicted, 700 * (1 + frac), 280) * (1 + rng.normal(0, 0.02, n))
+        for access, lat in (("hbm", hbm), ("retouch", retouch)):
+            frames.append(A.chase_frame(lat + 6, 6, MHZ, level=level, target_fraction=frac, throttle_ns=0,
+                                        access=access, achieved_gbs=4000 * frac, bandwidth_fraction=frac))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_replacement_delay_is_retouch_minus_unloaded_l2_hit():
+    frame = A.add_replacement_delay(loaded_frame(np.random.default_rng(2)))
+    base = A.l2_hit_baseline(frame)
+    assert base == pytest.approx(280, rel=0.01)
+    rt = frame[frame["access"] == "retouch"]
+    assert np.allclose(rt["replacement_delay_cycles"], rt["latency_cycles"] - base, atol=1e-3)
+    assert frame.loc[frame["access"] == "hbm", "replacement_delay_cycles"].isna().all()
+
+
+def test_loaded_levels_summary():
+    levels = A.loaded_levels(loaded_frame(np.random.default_rng(3)), MHZ)
+    assert len(levels) == 18 and set(levels["access"]) == {"hbm", "retouch"}
+    rt = levels[levels["access"] == "retouch"].sort_values("level")
+    assert rt["evicted_fraction"].iloc[0] == pytest.approx(0, abs=0.01)
+    assert rt["evicted_fraction"].iloc[-1] == pytest.approx(0.8, abs=0.06)
+    assert rt["delay_p50"].iloc[0] == pytest.approx(0, abs=5)
+    assert rt["delay_p99"].iloc[-1] > 1000
+    hbm = levels[levels["access"] == "hbm"].sort_values("level")
+    assert hbm["p50"].is_monotonic_increasing
+    assert hbm["p50_ns"].iloc[0] == pytest.approx(650 / 1.98, rel=0.02)
+    with pytest.raises(ProbeError, match="level 0"):
+        A.l2_hit_baseline(loaded_frame(np.random.default_rng(0)).query("level > 0"))

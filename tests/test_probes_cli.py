@@ -1,0 +1,178 @@
+"""`sitsprof probe ...` / `sitsprof run`: dry runs, refusals before launch, and the suite's
+run directory written from a stand-in for the GPU launchers (recorded-shape arrays)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sitsprof.cli.main import main
+from sitsprof.pmu.errors import NoGpuError
+from sitsprof.probes import analysis as A
+from sitsprof.probes import gpu
+from sitsprof.probes.plan import GiB, MiB, DeviceLimits
+from sitsprof.probes.suite import make_suite, run_suite
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "run-directory.md"
+A100 = DeviceLimits(name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0), sm_count=108, l2_bytes=40 * MiB,
+                    memory_bytes=80 * GiB, free_bytes=79 * GiB)
+H100 = DeviceLimits(name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0), sm_count=132, l2_bytes=50 * MiB,
+                    memory_bytes=80 * GiB, free_bytes=79 * GiB)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    def absent(index=0):
+        raise NoGpuError("no usable NVIDIA GPU/driver for CuPy (test); run the probes on a machine with one")
+
+    monkeypatch.setattr(gpu, "device_limits", absent)
+
+
+@pytest.fixture
+def fake_device(monkeypatch):
+    def use(limits):
+        monkeypatch.setattr(gpu, "device_limits", lambda index=0: limits)
+
+    return use
+
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_dry_run_without_gpu_plans_against_a_nominal_h200(no_gpu, capsys, tmp_path):
+    code, out, err = run_cli(capsys, "run", "--dry-run", "--out", str(tmp_path))
+    assert code == 0
+    assert "assumed: no GPU visible" in err and "dry run: all checks passed" in err
+    for part in ("latency:", "tlb:", "bandwidth:", "loaded:"):
+        assert part in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_gpu_one_line_and_status_2(no_gpu, capsys, tmp_path):
+    code, out, err = run_cli(capsys, "probe", "latency", "--quick", "--out", str(tmp_path))
+    assert code == 2
+    assert err.strip().count("\n") == 0 and err.startswith("sitsprof: error: no usable NVIDIA GPU")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args,message", [
+    (("probe", "latency", "--max-footprint", "400GiB"), r"needs 4\d\d GiB of device memory but GPU 0 .* has 79 GiB free"),
+    (("probe", "bandwidth", "--sms", "200"), r"200 SMs asked for, but GPU 0 .* has 132 SMs"),
+    (("probe", "loaded", "--sms", "133"), r"saturator: 133 SMs asked for"),
+    (("probe", "loaded", "--levels", "1"), r"--levels must be at least 2"),
+    (("probe", "tlb", "--strides", "2MiB,3parsecs"), r"cannot read size '3parsecs'"),
+    (("run", "--parts", "latency,bogus"), r"unknown probe\(s\) bogus"),
+])
+def test_bad_input_is_refused_before_anything_runs(fake_device, capsys, tmp_path, args, message):
+    fake_device(H100)
+    code, out, err = run_cli(capsys, *args, "--out", str(tmp_path))
+    assert code == 2, err
+    assert re.search(message, err), err
+    assert list(tmp_path.iterdir()) == []  # no run directory made
+
+
+def test_hopper_only_counters_on_another_gpu(fake_device, capsys, tmp_path):
+    fake_device(A100)
+    code, out, err = run_cli(capsys, "run", "--gpm", "on", "--out", str(tmp_path))
+    assert code == 2 and "needs a Hopper GPU" in err and "A100" in err
+    fake_device(A100)
+    code, out, err = run_cli(capsys, "run", "--dry-run", "--out", str(tmp_path))
+    assert code == 0, err  # without --gpm on, the probes themselves run on an A100
+
+
+class FakeProbes:
+    """Stands in for gpu.Probes: returns frames shaped like the real launchers', from models."""
+
+    def __init__(self, limits):
+        self.limits = limits
+        self.rng = np.random.default_rng(0)
+        self.mhz = 1980.0
+
+    def calibrate(self, spin_ns, samples):
+        return {"sm_clock_mhz": self.mhz, "timer_overhead_cycles": 6.0, "timer_overhead": {"median": 6.0}}
+
+    def _level(self, fp):
+        return 32 if fp <= 128 * 1024 else 280 if fp <= 24 * MiB else 510 if fp <= 50 * MiB else 650
+
+    def latency(self, plan, progress):
+        out = {}
+        for v, name in (("ca", "latency"), ("cg", "latency_cg")):
+            frames = [A.chase_frame((self._level(fp) if v == "ca" or fp > 24 * MiB else 280) + 6
+                                    + self.rng.normal(0, 3, 64), 6, self.mhz, variant=v, stride_bytes=128,
+                                    footprint_bytes=fp) for fp in plan.sweep.footprints]
+            out[name] = pd.concat(frames, ignore_index=True)
+            progress(len(frames))
+        return out
+
+    def tlb(self, plan, progress):
+        frames = [A.chase_frame(300 + 60 * (fp > 1 * GiB) + self.rng.normal(0, 2, 32), 0, self.mhz, variant="cg",
+                                stride_bytes=s.stride, footprint_bytes=fp)
+                  for s in plan.sweeps for fp in s.footprints]
+        return pd.concat(frames, ignore_index=True)
+
+    def bandwidth(self, plan, progress):
+        rows = [{"kernel": k, "active_sms": c.active_sms, "blocks_per_sm": c.blocks_per_sm, "blocks": c.blocks,
+                 "threads": c.threads, "throttle_ns": c.throttle_ns, "sms_used": c.active_sms, "rep": 0,
+                 "bytes": 1, "seconds": 1e-9, "achieved_gbs": 1.0}
+                for c in plan.configs for k in plan.kernels + ("memcpy",)]
+        return A.add_memcpy_ratio(pd.DataFrame(rows))
+
+    def loaded(self, plan, progress):
+        frames = []
+        for level in range(plan.levels):
+            frac = level / (plan.levels - 1)
+            for access, base in (("hbm", 650), ("retouch", 280)):
+                frames.append(A.chase_frame(base * (1 + frac) + 6 + self.rng.normal(0, 2, 64), 6, self.mhz,
+                                            level=level, target_fraction=frac, throttle_ns=0, access=access,
+                                            achieved_gbs=4000 * frac, bandwidth_fraction=frac, probe_sm=0,
+                                            saturator_blocks=524 * (level > 0), blocks_left_probe_sm=4 * (level > 0),
+                                            footprint_bytes=64 * 1024))
+        cal = pd.DataFrame({"throttle_ns": [0, 100], "achieved_gbs": [4000.0, 3000.0], "blocks": 528,
+                            "threads": 512})
+        return {"loaded": A.add_replacement_delay(pd.concat(frames, ignore_index=True)),
+                "loaded_calibration": cal, "peak_gbs": 4000.0}
+
+
+def documented_columns() -> dict[str, list[str]]:
+    """Table -> columns, from docs/run-directory.md's '## Probe tables' section."""
+    text = DOC.read_text()
+    section = text.split("## Probe tables", 1)[1].split("\n## ", 1)[0]
+    tables = {}
+    for block in re.split(r"\n### ", section)[1:]:
+        name = re.match(r"`probes/(\w+)\.parquet`", block)
+        if name:
+            tables[name.group(1)] = re.findall(r"^\| `(\w+)` \|", block, re.MULTILINE)
+    return tables
+
+
+def test_suite_writes_every_documented_table_with_its_columns(tmp_path):
+    from sitsprof.collectors.rundir import RunDirectory, open_run
+
+    plan = make_suite("quick", H100)
+    steps = {}
+    with RunDirectory.create(tmp_path, "probe-run") as run:
+        facts = run_suite(run, plan, probes=FakeProbes(H100),
+                          progress=lambda part, n, total: steps.__setitem__(part, (steps.get(part, (0, 0))[0] + n, total)))
+        run.finish("complete")
+    assert facts["saturator_peak_gbs"] == 4000.0
+    back = open_run(tmp_path / "probe-run")
+    assert back.complete and back.meta["sm_clock_mhz"] == 1980.0
+    assert [p["name"] for p in back.meta["phases"]] == ["calibrate", "latency", "tlb", "bandwidth", "loaded"]
+    assert steps["latency"] == (plan.steps("latency"), plan.steps("latency"))
+    documented = documented_columns()
+    written = set(back.tables("probe"))
+    assert written == set(documented), (written, set(documented))
+    for name, columns in documented.items():
+        frame = back.read_table(name, "probe")
+        assert list(frame.columns) == columns, name
+    tiers = back.read_table("latency_tiers", "probe")
+    assert tiers[tiers["variant"] == "ca"]["tier"].tolist() == ["l1", "l2_near", "l2_far", "hbm"]
+    assert tiers[tiers["variant"] == "cg"]["tier"].tolist()[0] == "l2_near"
+    steps_t = back.read_table("tlb_steps", "probe")
+    assert (steps_t["step_at_bytes"] > 1 * GiB).all() and len(steps_t) == 2

@@ -1,0 +1,135 @@
+"""Launch planning: sizes, sweeps, SM placement and memory checks, all before any launch."""
+from __future__ import annotations
+
+import pytest
+
+from sitsprof.probes.errors import PlanError
+from sitsprof.probes.plan import (GiB, KiB, MiB, TLB_SKEW, BandwidthPlan, ChaseSweep, DeviceLimits,
+                                  LatencyPlan, LoadedPlan, StreamConfig, format_size, geometric_sizes, parse_size,
+                                  require_hopper)
+from sitsprof.probes.suite import make_suite
+
+H200 = DeviceLimits(name="NVIDIA H200", compute_capability=(9, 0), sm_count=132, l2_bytes=50 * MiB,
+                    memory_bytes=141 * GiB, free_bytes=140 * GiB)
+A100 = DeviceLimits(name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0), sm_count=108, l2_bytes=40 * MiB,
+                    memory_bytes=80 * GiB, free_bytes=79 * GiB)
+
+
+@pytest.mark.parametrize("text,value", [("16KiB", 16 * KiB), ("2 MiB", 2 * MiB), ("4G", 4 * GiB),
+                                        ("1.5GiB", 3 * GiB // 2), ("4096", 4096), (128, 128), ("64kb", 64 * KiB)])
+def test_parse_size(text, value):
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "12 parsecs", "-1KiB", "KiB"])
+def test_parse_size_rejects(text):
+    with pytest.raises(PlanError, match="cannot read size"):
+        parse_size(text)
+
+
+def test_format_size():
+    assert format_size(16 * KiB) == "16 KiB"
+    assert format_size(3 * GiB // 2) == "1.5 GiB"
+    assert format_size(100) == "100 B"
+
+
+def test_geometric_sizes_cover_the_range_in_lines():
+    sizes = geometric_sizes(16 * KiB, 4 * GiB, per_octave=4)
+    assert sizes[0] == 16 * KiB and sizes[-1] == 4 * GiB
+    assert all(s % 128 == 0 for s in sizes)
+    assert len(sizes) == 18 * 4 + 1
+    ratios = [b / a for a, b in zip(sizes, sizes[1:])]
+    assert all(1.15 < r < 1.22 for r in ratios)
+    assert geometric_sizes(16 * KiB, 20 * KiB, 1) == [16 * KiB, 20 * KiB]  # the top is always included
+    with pytest.raises(PlanError):
+        geometric_sizes(4 * KiB, 2 * KiB)
+
+
+def test_from_facts():
+    facts = {"index": 1, "name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "sm_count": 132,
+             "l2_bytes": 50 * MiB, "memory_bytes": 80 * GiB, "memory_used_bytes": 1 * GiB}
+    dev = DeviceLimits.from_facts(facts)
+    assert dev.is_hopper and dev.index == 1 and dev.free_bytes == 79 * GiB
+
+
+def test_footprint_beyond_free_memory_is_refused_with_the_numbers():
+    plan = LatencyPlan(ChaseSweep(geometric_sizes(16 * KiB, 400 * GiB, 1)))
+    with pytest.raises(PlanError, match=r"needs 4\d\d GiB .* has 140 GiB free.*lower the largest footprint"):
+        plan.validate(H200)
+    tight = DeviceLimits(**{**H200.__dict__, "free_bytes": 4 * GiB})
+    with pytest.raises(PlanError, match="4 GiB free"):
+        LatencyPlan(ChaseSweep([4 * GiB])).validate(tight)
+    LatencyPlan(ChaseSweep([3 * GiB])).validate(tight)  # 3 GiB + its ring order fit beside the reserve
+
+
+def test_sm_count_beyond_the_device_is_refused():
+    plan = BandwidthPlan(1 * GiB, [StreamConfig(active_sms=133)])
+    with pytest.raises(PlanError, match="133 SMs asked for, but GPU 0 .* has 132 SMs"):
+        plan.validate(H200)
+    with pytest.raises(PlanError, match="at least 1"):
+        BandwidthPlan(1 * GiB, [StreamConfig(active_sms=0)]).validate(H200)
+    loaded = LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB, saturator=StreamConfig(active_sms=200))
+    with pytest.raises(PlanError, match="saturator: 200 SMs"):
+        loaded.validate(H200)
+
+
+def test_threads_that_do_not_fit_an_sm():
+    with pytest.raises(PlanError, match="do not fit on one SM"):
+        BandwidthPlan(1 * GiB, [StreamConfig(active_sms=4, blocks_per_sm=8, threads=512)]).validate(H200)
+    with pytest.raises(PlanError, match="multiple of 32"):
+        BandwidthPlan(1 * GiB, [StreamConfig(active_sms=4, threads=100)]).validate(H200)
+
+
+def test_non_hopper_gpu_for_hopper_only_counters():
+    require_hopper(H200, "GPM")
+    with pytest.raises(PlanError, match=r"GPM needs a Hopper GPU .*A100.*compute capability 8.0"):
+        require_hopper(A100, "GPM")
+    make_suite("quick", A100).validate(A100)  # the probes themselves run on any sm_70+
+
+
+def test_stream_vectors_are_whole_passes():
+    cfg = StreamConfig(active_sms=132, blocks_per_sm=4, threads=512)
+    n = cfg.vectors(1 * GiB)
+    assert n % (cfg.threads_total * 4) == 0 and n * 16 <= 1 * GiB
+    assert 1 * GiB - n * 16 < cfg.threads_total * 4 * 16
+
+
+def test_chase_sweep_links_and_warm_up():
+    sweep = ChaseSweep([16 * KiB, 64 * MiB], samples=2048, warm_full_bytes=50 * MiB)
+    assert sweep.links(16 * KiB) == 128
+    assert sweep.warm(16 * KiB) == 128          # whole ring once: cached tiers are warm
+    assert sweep.warm(64 * MiB) == 2048          # past the L2: just enough to settle
+    with pytest.raises(PlanError, match="fewer than 2 links"):
+        ChaseSweep([128]).validate(H200)
+    with pytest.raises(PlanError, match="skew"):
+        ChaseSweep([4 * MiB], stride=2 * MiB, skew=100).validate(H200)
+
+
+def test_loaded_plan_checks_the_sets_against_the_l2():
+    ok = LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB).for_device(H200)
+    assert ok.saturator.active_sms == 132 and ok.levels == 9
+    ok.validate(H200)
+    with pytest.raises(PlanError, match="must fit well inside the L2"):
+        LoadedPlan(512 * MiB, 40 * MiB, 1 * GiB).for_device(H200).validate(H200)
+    with pytest.raises(PlanError, match="at least twice"):
+        LoadedPlan(64 * MiB, 64 * KiB, 1 * GiB).for_device(H200).validate(H200)
+    with pytest.raises(PlanError, match="fractions"):
+        LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB, targets=[0.5, 1.5]).for_device(H200).validate(H200)
+
+
+@pytest.mark.parametrize("suite", ["quick", "full"])
+def test_suites_fit_an_h200_and_meet_the_brief(suite):
+    plan = make_suite(suite, H200)
+    plan.validate(H200)
+    fps = plan.latency.sweep.footprints
+    assert fps[0] == 16 * KiB and fps[-1] >= 1 * GiB
+    assert plan.loaded.levels >= 9 and max(plan.loaded.targets) == 1.0
+    strides = [s.stride for s in plan.tlb.sweeps]
+    assert strides[:2] == [2 * MiB, 32 * MiB]
+    assert all(s.skew == TLB_SKEW for s in plan.tlb.sweeps)
+    assert all(fp % s.stride == 0 for s in plan.tlb.sweeps for fp in s.footprints)
+    sms = {c.active_sms for c in plan.bandwidth.configs}
+    assert min(sms) == 1 and max(sms) == 132
+    assert any(c.throttle_ns for c in plan.bandwidth.configs)
+    if suite == "quick":
+        assert sum(plan.estimate_seconds().values()) < 120  # the planner's own budget for 3 minutes
