@@ -99,24 +99,51 @@ def move_to_head_s(prev, nxt, head, tail, x):
 
 
 # ----------------------------------------------------------------- array ends (many lists)
+# Written out, not as calls of the scalar versions: numba's nested inlining leaves code
+# several times slower than one level.
 
 
 @njit(cache=True, inline="always")
 def push_head(prev, nxt, head, tail, q, x):
     """Insert unlinked `x` at the head of list `q`."""
-    head[q], tail[q] = push_head_s(prev, nxt, head[q], tail[q], x)
+    h = head[q]
+    prev[x] = NIL
+    nxt[x] = h
+    if h == NIL:
+        tail[q] = x
+    else:
+        prev[h] = x
+    head[q] = x
 
 
 @njit(cache=True, inline="always")
 def push_tail(prev, nxt, head, tail, q, x):
     """Insert unlinked `x` at the tail of list `q`."""
-    head[q], tail[q] = push_tail_s(prev, nxt, head[q], tail[q], x)
+    t = tail[q]
+    nxt[x] = NIL
+    prev[x] = t
+    if t == NIL:
+        head[q] = x
+    else:
+        nxt[t] = x
+    tail[q] = x
 
 
 @njit(cache=True, inline="always")
 def unlink(prev, nxt, head, tail, q, x):
     """Remove `x` (a member of list `q`) from it."""
-    head[q], tail[q] = unlink_s(prev, nxt, head[q], tail[q], x)
+    p = prev[x]
+    n = nxt[x]
+    if p == NIL:
+        head[q] = n
+    else:
+        nxt[p] = n
+    if n == NIL:
+        tail[q] = p
+    else:
+        prev[n] = p
+    prev[x] = NIL
+    nxt[x] = NIL
 
 
 @njit(cache=True, inline="always")
@@ -124,7 +151,13 @@ def pop_tail(prev, nxt, head, tail, q):
     """Remove and return the tail of list `q` (NIL when empty)."""
     x = tail[q]
     if x != NIL:
-        head[q], tail[q] = unlink_s(prev, nxt, head[q], tail[q], x)
+        p = prev[x]
+        tail[q] = p
+        if p == NIL:
+            head[q] = NIL
+        else:
+            nxt[p] = NIL
+        prev[x] = NIL
     return x
 
 
@@ -133,12 +166,30 @@ def pop_head(prev, nxt, head, tail, q):
     """Remove and return the head of list `q` (NIL when empty)."""
     x = head[q]
     if x != NIL:
-        head[q], tail[q] = unlink_s(prev, nxt, head[q], tail[q], x)
+        n = nxt[x]
+        head[q] = n
+        if n == NIL:
+            tail[q] = NIL
+        else:
+            prev[n] = NIL
+        nxt[x] = NIL
     return x
 
 
 @njit(cache=True, inline="always")
 def move_to_head(prev, nxt, head, tail, q, x):
     """Move member `x` of list `q` to its head."""
-    if head[q] != x:
-        head[q], tail[q] = move_to_head_s(prev, nxt, head[q], tail[q], x)
+    h = head[q]
+    if h == x:
+        return
+    p = prev[x]  # not NIL: x is not the head
+    n = nxt[x]
+    nxt[p] = n
+    if n == NIL:
+        tail[q] = p
+    else:
+        prev[n] = p
+    prev[x] = NIL
+    nxt[x] = h
+    prev[h] = x
+    head[q] = x

@@ -21,6 +21,7 @@ LCS_CLASSES = {
     "lirs": "LIRS",
     "s3fifo": "S3FIFO",
     "twoq": "TwoQ",
+    "2q": "TwoQ",  # the registry's name for twoq.py
 }
 
 

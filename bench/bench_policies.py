@@ -1,0 +1,222 @@
+"""Benchmark the policy kernels against libCacheSim's `process_trace` in the same run.
+
+Run by hand (not in CI), from the repository root:
+
+    .venv/bin/python bench/bench_policies.py                      # full size: 5M requests
+    .venv/bin/python bench/bench_policies.py --requests 500000    # quick
+
+Workload: a seeded Zipf(alpha) trace over `--objects` objects (object of rank r drawn with
+weight r^-alpha, ranks shuffled onto ids), written as a libCacheSim oracleGeneral file, every
+object of size 1, cache capacity `--capacity` objects. For each registered policy that
+libCacheSim also has:
+
+sim x      libCacheSim `process_trace` seconds / our kernel seconds on the loaded trace
+e2e x      libCacheSim `process_trace` seconds / our file -> hit ratio seconds
+           (`read_trace` + `simulate`, JIT already warm); `process_trace` reads the file too
+curve x    100 libCacheSim LRU runs / our one-pass 100-point LRU curve (file already loaded);
+           libCacheSim's time is measured on `--lcs-curve-runs` of the 100 capacities and
+           extrapolated to 100 (the table says how many were timed)
+peak MB    peak resident memory of a separate process that does our whole job (read, every
+           policy, the curve), interpreter, numpy and numba included; the baseline line gives
+           that process's size before it reads the trace
+
+libCacheSim gets `hashpower=20` (a table sized for 1M objects; its default of 24 allocates
+128 MiB it does not need, which would only slow it down). Hit ratios of both sides are
+printed; they must agree (the differential tests check them).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from libcachesim_ref import LCS_CLASSES, write_oracle, zipf_ids  # noqa: E402
+
+TARGETS = {"sim": 10.0, "e2e": 3.0, "curve": 50.0, "peak_mb": 400.0}
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def warm_jit(policies: list[str]) -> None:
+    """Compile (or load from numba's cache) every kernel and helper we are about to time."""
+    from sitsprof.policies.engine import simulate
+    from sitsprof.policies.mrc import lru_hit_ratio_curve
+
+    tiny = np.array([1, 2, 3, 1, 2, 4, 5, 1], dtype=np.int64)
+    for name in policies:
+        simulate(tiny, name, 2)
+    lru_hit_ratio_curve(tiny, [1, 2, 3])
+
+
+def lcs_run(oracle: Path, policy: str, capacity: int) -> tuple[float, float]:
+    """(hit ratio, seconds) of one libCacheSim `process_trace`; setup not timed."""
+    import libcachesim as lcs
+
+    reader = lcs.TraceReader(str(oracle), lcs.TraceType.ORACLE_GENERAL_TRACE)
+    cache = getattr(lcs, LCS_CLASSES[policy])(capacity, hashpower=20)
+    start = time.perf_counter()
+    miss_ratio, _ = cache.process_trace(reader)
+    return 1.0 - miss_ratio, time.perf_counter() - start
+
+
+def measure_memory(oracle: Path, policies: list[str], capacity: int, points: int) -> dict:
+    """Runs in a child process: our whole job, reporting peak and baseline memory."""
+    from sitsprof.policies.engine import simulate
+    from sitsprof.policies.mrc import curve_capacities, lru_hit_ratio_curve
+    from sitsprof.policies.readers import read_trace
+
+    warm_jit(policies)
+    baseline = _rss_mb()
+    trace = read_trace(oracle, format="oracle")
+    after_read = _rss_mb()
+    for name in policies:
+        simulate(trace, name, capacity)
+    lru_hit_ratio_curve(trace, curve_capacities(trace.n_blocks, points))
+    return {"baseline_mb": baseline, "after_read_mb": after_read, "peak_mb": _peak_mb()}
+
+
+def run(args) -> dict:
+    from sitsprof.policies.engine import simulate
+    from sitsprof.policies.mrc import curve_capacities, lru_hit_ratio_curve
+    from sitsprof.policies.readers import read_trace
+    from sitsprof.policies.registry import policy_names
+
+    policies = [p for p in (args.policies.split(",") if args.policies else policy_names())]
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="sitsprof-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    oracle = workdir / f"zipf{args.alpha}_{args.requests}_{args.objects}_s{args.seed}.oracleGeneral"
+    t0 = time.perf_counter()
+    if not oracle.exists():
+        write_oracle(oracle, zipf_ids(args.requests, args.objects, args.alpha, args.seed))
+    gen_s = time.perf_counter() - t0
+
+    warm_jit(policies)
+    t0 = time.perf_counter()
+    trace = read_trace(oracle, format="oracle")
+    read_s = time.perf_counter() - t0
+
+    rows = []
+    for name in policies:
+        ours = simulate(trace, name, args.capacity)
+        t0 = time.perf_counter()
+        e2e = simulate(read_trace(oracle, format="oracle"), name, args.capacity)
+        e2e_s = time.perf_counter() - t0
+        assert e2e.hits == ours.hits
+        row = {"policy": name, "hit": ours.block_hit_ratio, "sim_s": ours.seconds, "e2e_s": e2e_s}
+        if name in LCS_CLASSES and not args.skip_lcs:
+            row["lcs_hit"], row["lcs_s"] = lcs_run(oracle, name, args.capacity)
+        rows.append(row)
+        print(f"  {name}: done", file=sys.stderr, flush=True)
+
+    caps = curve_capacities(trace.n_blocks, args.points)
+    t0 = time.perf_counter()
+    curve = lru_hit_ratio_curve(trace, caps)
+    curve_s = time.perf_counter() - t0
+    curve_row = {"points": len(caps), "ours_s": curve_s}
+    if not args.skip_lcs:
+        picks = np.unique(np.linspace(0, len(caps) - 1, args.lcs_curve_runs).round().astype(int))
+        lcs_times, worst = [], 0.0
+        for k in picks:
+            ratio, seconds = lcs_run(oracle, "lru", int(caps[k]))
+            lcs_times.append(seconds)
+            worst = max(worst, abs(ratio - curve[k]))
+        curve_row.update(lcs_timed=len(picks), lcs_mean_s=float(np.mean(lcs_times)),
+                         lcs_100_s=float(np.mean(lcs_times)) * len(caps), max_abs_diff=worst)
+
+    memory = json.loads(subprocess.run(
+        [sys.executable, __file__, "--_memory", str(oracle), "--policies", ",".join(policies),
+         "--capacity", str(args.capacity), "--points", str(args.points)],
+        check=True, capture_output=True, text=True,
+    ).stdout)
+    if not args.workdir:
+        oracle.unlink()
+    return {"requests": len(trace), "objects": int(trace.n_blocks), "capacity": args.capacity,
+            "alpha": args.alpha, "seed": args.seed, "generate_s": gen_s, "read_s": read_s,
+            "rows": rows, "curve": curve_row, "memory": memory, "cpus": os.cpu_count()}
+
+
+def _flag(value: float, target: float, higher_is_better: bool = True) -> str:
+    ok = value >= target if higher_is_better else value <= target
+    return "ok" if ok else "MISS"
+
+
+def print_table(res: dict) -> None:
+    print(f"Zipf({res['alpha']}) seed {res['seed']}: {res['requests']:,} requests over "
+          f"{res['objects']:,} objects, capacity {res['capacity']:,}; {res['cpus']} CPUs; "
+          f"read_trace {res['read_s']:.2f} s")
+    head = (f"{'policy':<11}{'hit ours':>9}{'hit lcs':>9}{'lcs s':>8}{'sim s':>8}{'sim x':>8}"
+            f"{'':>5}{'e2e s':>8}{'e2e x':>8}")
+    print(head)
+    print("-" * len(head))
+    for r in res["rows"]:
+        if "lcs_s" in r:
+            sim_x, e2e_x = r["lcs_s"] / r["sim_s"], r["lcs_s"] / r["e2e_s"]
+            print(f"{r['policy']:<11}{r['hit']:>9.4f}{r['lcs_hit']:>9.4f}{r['lcs_s']:>8.2f}"
+                  f"{r['sim_s']:>8.3f}{sim_x:>7.1f}x {_flag(sim_x, TARGETS['sim']):>4}"
+                  f"{r['e2e_s']:>8.2f}{e2e_x:>7.1f}x {_flag(e2e_x, TARGETS['e2e'])}")
+        else:
+            print(f"{r['policy']:<11}{r['hit']:>9.4f}{'-':>9}{'-':>8}{r['sim_s']:>8.3f}{'-':>8}"
+                  f"{'':>5}{r['e2e_s']:>8.2f}{'-':>8}")
+    c = res["curve"]
+    line = f"LRU curve, {c['points']} points: ours {c['ours_s']:.2f} s"
+    if "lcs_100_s" in c:
+        x = c["lcs_100_s"] / c["ours_s"]
+        line += (f"; libCacheSim {c['lcs_mean_s']:.2f} s/run x {c['points']} = {c['lcs_100_s']:.1f} s "
+                 f"(timed {c['lcs_timed']} runs) -> {x:.0f}x {_flag(x, TARGETS['curve'])}; "
+                 f"max |ratio diff| {c['max_abs_diff']:.1e}")
+    print(line)
+    m = res["memory"]
+    print(f"peak memory (ours, whole job in a fresh process): {m['peak_mb']:.0f} MB "
+          f"{_flag(m['peak_mb'], TARGETS['peak_mb'], higher_is_better=False)} "
+          f"(process {m['baseline_mb']:.0f} MB before reading, {m['after_read_mb']:.0f} MB with the trace loaded)")
+    print(f"targets: sim >= {TARGETS['sim']:.0f}x, e2e >= {TARGETS['e2e']:.0f}x, "
+          f"curve >= {TARGETS['curve']:.0f}x, peak <= {TARGETS['peak_mb']:.0f} MB")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=5_000_000)
+    ap.add_argument("--objects", type=int, default=1_000_000)
+    ap.add_argument("--capacity", type=int, default=100_000)
+    ap.add_argument("--alpha", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--policies", default="", help="comma-separated; default every registered policy")
+    ap.add_argument("--points", type=int, default=100, help="LRU curve points")
+    ap.add_argument("--lcs-curve-runs", type=int, default=5,
+                    help="libCacheSim LRU runs actually timed for the curve comparison")
+    ap.add_argument("--workdir", help="keep the generated trace here (reused when present)")
+    ap.add_argument("--skip-lcs", action="store_true", help="time only our side")
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--_memory", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args._memory:
+        print(json.dumps(measure_memory(Path(args._memory), args.policies.split(","),
+                                        args.capacity, args.points)))
+        return 0
+    res = run(args)
+    print_table(res)
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
