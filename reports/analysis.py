@@ -225,12 +225,13 @@ def _tlb(res: RunAnalysis, frame) -> None:
         for k, step in enumerate(steps):
             res.tlb_steps.append({"stride_bytes": int(stride), **step.to_dict()})
             if k == 0 and res.tlb_miss is None:
-                # The plateau after the first step: HBM plus a TLB miss, at the smallest stride showing one.
+                # The plateau after the first step (the sweep's few links stay in L2, so the step is
+                # address translation), at the smallest stride showing one.
                 end = steps[1].reach_bytes if len(steps) > 1 else None
                 parts = [v for fp, v in samples[int(stride)]
                          if fp >= step.step_at_bytes and (end is None or fp <= end)]
                 res.tlb_miss = (f"TLB sweep, stride {int(stride)} bytes, footprints from {step.step_at_bytes} bytes "
-                                "(first latency step: HBM plus a TLB miss)",
+                                "(after the first latency step: an L2-resident line reached through a TLB miss)",
                                 Distribution.of(np.sort(np.concatenate(parts), kind="stable"), presorted=True))
 
 

@@ -31,7 +31,7 @@ def test_round_trip_into_the_policy_engine(runs, tmp_path):
     assert loaded["provenance"]["device_uuid"] == "GPU-synthetic-0001"
     assert loaded["synthetic"] is True and "SYNTHETIC" in loaded["label"]
     assert loaded["latency"]["hbm"]["quantiles"]["p50"] == pytest.approx(648, rel=0.03)
-    assert loaded["latency"]["tlb_miss"]["quantiles"]["p50"] > loaded["latency"]["hbm"]["quantiles"]["p50"]
+    assert loaded["latency"]["tlb_miss"]["quantiles"]["p50"] > loaded["latency"]["l2_near"]["quantiles"]["p50"]
     assert loaded["loaded_latency"][0]["tier"] == "hbm" and len(loaded["loaded_latency"][0]["points"]) == 10
     assert len(loaded["replacement_delay"]["levels"]) == 10
     gpu = GpuFigures.from_calibration(str(path))
