@@ -221,6 +221,17 @@ _probe_command("loaded", "Latency on one SM while a saturator streams on the oth
 ])
 
 
+@probe.command("figures")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+def figures(run_dir: str) -> None:
+    """The figures a probe run must show: tiers vs published plateaus, copy vs memcpy, load levels."""
+    from sitsprof.collectors.rundir import open_run
+    from sitsprof.probes.figures import check_figures, format_figures
+
+    for line in format_figures(check_figures(open_run(run_dir))):
+        click.echo(line)
+
+
 @click.command("run")
 @click.option("--suite", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
               help="quick fits in about 3 minutes on an H200.")

@@ -6,7 +6,8 @@ on PATH, else with NVRTC from the `nvidia-cuda-nvrtc` wheel (through ctypes), an
 `disassemble` runs the `nvidia-cuda-cuobjdump` wheel's cuobjdump on the result: that is how
 the tests check register spills and the SASS of the chase loads and timers.
 
-Local `#include "x.cuh"` lines are inlined (`kernel_source`), so NVRTC needs no include path.
+Local `#include "x.cuh"` lines are inlined (`kernel_source`, each header once, its
+`#pragma once` dropped), so NVRTC needs no include path.
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def kernel_source(name: str) -> str:
             if header in seen:
                 return ""
             seen.add(header)
-            return expand((KERNEL_DIR / header).read_text())
+            text = (KERNEL_DIR / header).read_text()
+            return expand(re.sub(r"^\s*#\s*pragma\s+once\s*$", "", text, flags=re.MULTILINE))
 
         return _INCLUDE.sub(include, text)
 

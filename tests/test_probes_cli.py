@@ -176,3 +176,21 @@ def test_suite_writes_every_documented_table_with_its_columns(tmp_path):
     assert tiers[tiers["variant"] == "cg"]["tier"].tolist()[0] == "l2_near"
     steps_t = back.read_table("tlb_steps", "probe")
     assert (steps_t["step_at_bytes"] > 1 * GiB).all() and len(steps_t) == 2
+
+
+def test_figures_read_back_from_the_run(tmp_path, capsys):
+    from sitsprof.collectors.rundir import RunDirectory
+    from sitsprof.probes.figures import check_figures
+
+    with RunDirectory.create(tmp_path, "r") as run:
+        run_suite(run, make_suite("quick", H100), probes=FakeProbes(H100))
+    fig = check_figures(run)
+    assert [t["tier"] for t in fig["tiers"]] == ["l1", "l2_near", "l2_far", "hbm"]
+    assert all(t["within"] for t in fig["tiers"])
+    assert fig["copy"]["ratio"] == pytest.approx(1.0)
+    assert fig["loaded"]["levels"] == 9 and fig["loaded"]["meets"]
+    code, out, err = run_cli(capsys, "probe", "figures", str(tmp_path / "r"))
+    assert code == 0 and "l2_near" in out and "within 15%" in out and "9 levels up to 100% of peak" in out
+    with RunDirectory.create(tmp_path, "empty") as run:
+        pass
+    assert check_figures(run)["missing"] == ["latency_tiers", "bandwidth", "loaded_levels"]
