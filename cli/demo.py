@@ -79,6 +79,10 @@ def demo(out_dir, seed, duration_s, policy_text) -> None:
         f"wrote {out / 'results.json'}, {out / 'results.csv'} and {out / 'workload.jsonl'} "
         f"in {time.perf_counter() - started:.1f} s"
     )
+    from sitsprof.reports.demo import demo_report  # calibration -> policy costs -> one HTML report
+
+    report = demo_report(out, trace, results, document)
+    console.print(f"report: {report.resolve()}")
 
 
 COMMANDS = [demo]

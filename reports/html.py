@@ -24,8 +24,9 @@ import numpy as np
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
-#: Colours for series, in order (colour-blind friendly, Okabe-Ito).
-PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+#: Colours for series, in order (Okabe-Ito, then four of Paul Tol's; twelve before one repeats).
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#C9B200", "#000000",
+           "#882255", "#44AA99", "#999999", "#117733"]
 
 _BASE_LAYOUT = {
     "margin": {"l": 70, "r": 10, "t": 30, "b": 55},
@@ -78,10 +79,16 @@ class Table:
     title: str = ""
     caption: str = ""
     row_classes: list[str] | None = None
+    collapsed: bool | None = None  # None: fold tables longer than 15 rows behind a summary line
 
-    def formatted_rows(self) -> list[tuple[str, list[str]]]:
+    @property
+    def folded(self) -> bool:
+        return len(self.rows) > 15 if self.collapsed is None else self.collapsed
+
+    def formatted_rows(self) -> list[tuple[str, list[tuple[str, bool]]]]:
+        """Per row: (css class, [(text, is_text)]); text cells are left-aligned and may wrap."""
         classes = self.row_classes or [""] * len(self.rows)
-        return [(cls, [format_value(v) for v in row]) for cls, row in zip(classes, self.rows)]
+        return [(cls, [(format_value(v), _is_text(v)) for v in row]) for cls, row in zip(classes, self.rows)]
 
 
 @dataclass
@@ -102,6 +109,10 @@ class Report:
     banners: list[str] = field(default_factory=list)  # e.g. "reference data, not measured"
     generated_at: str = ""
     tool_version: str = ""
+
+
+def _is_text(v: Any) -> bool:
+    return not (v is None or isinstance(v, (bool, int, float, np.number, np.bool_)))
 
 
 def format_value(v: Any) -> str:

@@ -454,13 +454,16 @@ def policy_section(payload: Any, source: str = "") -> Section:
                                _axis_titles("capacity (blocks)", "P99 (ms)", xaxis={"type": "log"})))
     timeline = payload.get("decisions") or payload.get("timeline") or []
     if timeline:
-        tkey = next((k for k in ("t", "t_s", "window", "time_s") if k in timeline[0]), None)
+        tkey = next((k for k in ("time", "t", "t_s", "time_s", "window") if k in timeline[0]), None)
         xs = [row.get(tkey) for row in timeline] if tkey else list(range(len(timeline)))
         numeric = [k for k, v in timeline[0].items() if k != tkey and isinstance(v, (int, float))
                    and not isinstance(v, bool)]
+        # Large-valued series (milliseconds) on the left axis, small ones (entropy, scores) on the right.
+        big = {k for k in numeric if max(abs(float(row.get(k) or 0)) for row in timeline) > 10}
         data = [{"type": "scatter", "mode": "lines", "name": plot_text(k), "x": xs,
-                 "y": [row.get(k) for row in timeline]} for k in numeric]
-        state_key = next((k for k in ("policy", "state", "action", "decision") if k in timeline[0]), None)
+                 "y": [row.get(k) for row in timeline], "yaxis": "y" if k in big else "y3"} for k in numeric]
+        state_key = next((k for k in ("policy", "state", "to", "behaviour", "action", "decision")
+                          if k in timeline[0]), None)
         if state_key:
             states = [str(row.get(state_key)) for row in timeline]
             changes = [i for i in range(len(states)) if i == 0 or states[i] != states[i - 1]]
@@ -468,10 +471,15 @@ def policy_section(payload: Any, source: str = "") -> Section:
                          "x": [xs[i] for i in changes], "y": [0] * len(changes), "yaxis": "y2",
                          "text": [plot_text(states[i]) for i in changes], "textposition": "top center",
                          "marker": {"symbol": "triangle-up", "size": 10, "color": "#D55E00"}})
-        layout = _axis_titles(tkey or "window", "value")
+        layout = _axis_titles(f"{tkey} (s)" if tkey in ("time", "t", "t_s", "time_s") else (tkey or "window"),
+                              ", ".join(sorted(big)) or "value")
         layout["xaxis"]["anchor"] = "y2"
         layout["yaxis"]["domain"] = [0.25, 1.0]
         layout["yaxis2"] = {"domain": [0.0, 0.15], "showticklabels": False, "range": [-0.5, 1.5]}
+        if len(big) < len(numeric):
+            layout["yaxis3"] = {"overlaying": "y", "side": "right", "showgrid": False,
+                                "title": {"text": ", ".join(k for k in numeric if k not in big)}}
+            layout["legend"] = {"x": 1.1}
         figs.append(Figure("SITS decision timeline", data, layout, height=420,
                            caption="Triangles mark each change of the controller's state."))
     intro = f"From {source}." if source else ""
