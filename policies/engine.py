@@ -8,7 +8,7 @@ block_hit_ratio   hits / references
 token_hit_ratio   tokens carried by hit references / all tokens (`Trace.tokens`)
 prefix_hit_ratio  per request only the leading run of hits counts, since a serving engine can
                   reuse only a cached prefix; summed over requests, divided by all references
-request_hits      hits per request (int64 array, one entry per request)
+request_hits      hits per request (int32 array, one entry per request)
 evictions, max_resident  as the kernel reports them
 seconds           wall time of the kernel alone (the JIT compile excluded after the first call)
 """
@@ -115,6 +115,21 @@ def as_trace(trace_or_blocks) -> Trace:
     return trace_from_ids(ids)
 
 
+@njit(cache=True)
+def _request_offsets(request, n_requests):
+    """`Trace.request_offsets` in one O(n) pass without temporaries (request is non-decreasing)."""
+    offsets = np.empty(n_requests + 1, dtype=np.int64)
+    r = 0
+    for i in range(request.shape[0]):
+        while r <= request[i]:
+            offsets[r] = i
+            r += 1
+    while r <= n_requests:
+        offsets[r] = request.shape[0]
+        r += 1
+    return offsets
+
+
 class _Prepared:
     """Per-trace arrays every replay needs, computed once for many (policy, capacity) runs."""
 
@@ -128,7 +143,7 @@ class _Prepared:
                 f"trace block ids must be dense in 0..{self.n_blocks - 1}; got "
                 f"{int(self.block.min())}..{int(self.block.max())} (build traces with the readers)"
             )
-        self.offsets = np.ascontiguousarray(trace.request_offsets, dtype=np.int64)
+        self.offsets = _request_offsets(np.asarray(trace.request), trace.n_requests)
         self.tokens = np.ascontiguousarray(trace.tokens)
         self.total_tokens = int(self.tokens.sum())
         self.hit = np.zeros(n, dtype=np.uint8)
@@ -162,7 +177,7 @@ def _run(prep: _Prepared, module: ModuleType, capacity: int, params: dict) -> Si
 def _request_stats(hit, offsets, tokens):
     """Per-request hits, hits inside each request's leading run of hits, and hit tokens."""
     n_requests = offsets.shape[0] - 1
-    request_hits = np.zeros(n_requests, dtype=np.int64)
+    request_hits = np.zeros(n_requests, dtype=np.int32)
     prefix_hits = 0
     hit_tokens = 0
     for r in range(n_requests):
@@ -183,7 +198,7 @@ def _request_stats(hit, offsets, tokens):
 def _summarise(prep, name, capacity, hit, evictions, max_resident, seconds, params) -> SimResult:
     n = len(hit)
     request_hits, prefix_hits, hit_tokens = _request_stats(hit, prep.offsets, prep.tokens)
-    hits = int(request_hits.sum())
+    hits = int(request_hits.sum(dtype=np.int64))
     return SimResult(
         policy=name,
         capacity=capacity,

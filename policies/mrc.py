@@ -19,24 +19,33 @@ from .trace import Trace
 
 
 @njit(cache=True)
-def _stack_distances(block, n_blocks):
+def _stack_pass(block, n_blocks, dist, hist):
+    """One pass over the trace: writes each reference's distance into `dist` (-1 when cold)
+    and/or counts distances into `hist` (hist[d] = references at distance d); either may be
+    an empty array to skip it, so a curve needs no per-reference output."""
     n = block.shape[0]
+    keep = dist.shape[0] > 0
+    count = hist.shape[0] > 0
     last = np.full(max(n_blocks, 1), -1, dtype=np.int64)
     tree = np.zeros(n + 1, dtype=np.int32)  # Fenwick tree over positions 1..n
-    dist = np.empty(n, dtype=np.int64)
     marks = 0
     for i in range(n):
         b = block[i]
         p = last[b]
         if p < 0:
-            dist[i] = -1
+            if keep:
+                dist[i] = -1
         else:
             j = p + 1  # marks at positions <= p
             before = 0
             while j > 0:
                 before += tree[j]
                 j -= j & -j
-            dist[i] = marks - before + 1
+            d = marks - before + 1
+            if keep:
+                dist[i] = d
+            if count:
+                hist[d] += 1
             j = p + 1  # unmark p: b's latest reference moves to i
             while j <= n:
                 tree[j] -= 1
@@ -48,7 +57,6 @@ def _stack_distances(block, n_blocks):
             j += j & -j
         marks += 1
         last[b] = i
-    return dist
 
 
 def _blocks(trace_or_blocks) -> tuple[np.ndarray, int]:
@@ -62,19 +70,20 @@ def lru_stack_distances(block) -> np.ndarray:
     `block` is a Trace or a 1-D array of block ids (factorised when they are not dense).
     """
     blocks, n_blocks = _blocks(block)
-    return _stack_distances(blocks, n_blocks)
+    dist = np.empty(len(blocks), dtype=np.int64)
+    _stack_pass(blocks, n_blocks, dist, np.empty(0, dtype=np.int64))
+    return dist
 
 
 def lru_hit_counts(trace_or_blocks, capacities: Iterable) -> np.ndarray:
     """LRU hits at each capacity (int64), identical to simulating LRU at each one."""
     caps = np.asarray([check_capacity(c) for c in capacities], dtype=np.int64)
-    dist = lru_stack_distances(trace_or_blocks)
-    warm = dist[dist > 0]
-    if len(warm) == 0:
-        return np.zeros(len(caps), dtype=np.int64)
+    blocks, n_blocks = _blocks(trace_or_blocks)
+    hist = np.zeros(n_blocks + 1, dtype=np.int64)  # a distance is at most n_blocks
+    _stack_pass(blocks, n_blocks, np.empty(0, dtype=np.int64), hist)
     # hits(C) = number of references with 1 <= distance <= C
-    cumulative = np.cumsum(np.bincount(warm))
-    return cumulative[np.minimum(caps, len(cumulative) - 1)].astype(np.int64)
+    cumulative = np.cumsum(hist)
+    return cumulative[np.minimum(caps, n_blocks)]
 
 
 def lru_hit_ratio_curve(trace_or_blocks, capacities: Iterable) -> np.ndarray:

@@ -147,3 +147,14 @@ def test_every_policy_respects_capacity(requests, capacity):
             assert r.hits == r.references - n_distinct and r.evictions == 0, name
         elif name != "prefix_lru":  # every miss is inserted, so evictions = misses - resident
             assert r.references - r.hits - r.evictions <= capacity, name
+
+
+def test_request_offsets_match_the_trace():
+    from sitsprof.policies.engine import _request_offsets
+
+    for requests in ([[0]], [[0, 1], [2], [0, 3, 4]], [[1]] * 5):
+        trace = requests_trace(requests)
+        ours = _request_offsets(trace.request, trace.n_requests)
+        assert ours.tolist() == trace.request_offsets.tolist()
+    request = np.array([0, 0, 2, 2, 3], dtype=np.int64)  # request 1 has no references
+    assert _request_offsets(request, 4).tolist() == [0, 2, 2, 4, 5]
