@@ -202,7 +202,8 @@ def disassemble(cubin: bytes, function: str | None = None) -> str:
         cmd = [str(tool), "-sass", f.name] + (["-fun", function] if function else [])
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        raise CompileError(f"cuobjdump failed: {proc.stderr.strip()}")
+        hint = " (install the nvidia-cuda-nvdisasm wheel beside it)" if "nvdisasm" in proc.stderr else ""
+        raise CompileError(f"cuobjdump failed: {proc.stderr.strip()}{hint}")
     return proc.stdout
 
 

@@ -28,7 +28,12 @@ def sass(cubins) -> dict[str, list[str]]:
         pytest.skip("cuobjdump (nvidia-cuda-cuobjdump wheel) not found")
     out: dict[str, list[str]] = {}
     for name, result in cubins.items():
-        text = K.disassemble(result.cubin)
+        try:
+            text = K.disassemble(result.cubin)
+        except K.CompileError as exc:
+            if "nvdisasm" not in str(exc):
+                raise
+            pytest.skip(str(exc))
         for block in re.split(r"\n\s*Function : ", text)[1:]:
             fn, _, body = block.partition("\n")
             # drop guard predicates (@P2, @!P0): the tests look at the operation
