@@ -179,6 +179,7 @@ class Probes:
         for cfg in plan.configs:
             nvec = cfg.vectors(plan.buffer_bytes)
             smids = cp.zeros(cfg.blocks, dtype=cp.uint32)
+            cp.cuda.runtime.deviceSynchronize()  # `stream` does not wait for the legacy stream's memsets
             common = (np.uint64(nvec), np.uint32(plan.passes), np.uint32(cfg.throttle_ns), smids)
             args = {"read": (src,) + common + (self._sink,), "write": (dst,) + common, "copy": (src, dst) + common}
             for kernel in plan.kernels:
@@ -271,6 +272,8 @@ class Probes:
                 ctl, stats = self._control(probe_present=True)
                 lat = cp.empty(plan.samples, dtype=cp.uint32)
                 loaded = level > 0
+                # the non-blocking streams do not wait for the copies that filled ctl and stats
+                cp.cuda.runtime.deviceSynchronize()
                 with s_probe:  # the probe first: it publishes its SM before the saturator looks
                     probe_fn((1,), (1,), (np.uint64(start), np.uint32(warm), np.uint32(plan.samples),
                                           np.uint32(gap), lat, self._sink, ctl, stats, np.uint32(loaded),

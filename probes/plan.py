@@ -287,7 +287,9 @@ class LoadedPlan:
     saturator_bytes: int          # streamed by the saturator, several times the L2
     targets: list[float] = field(default_factory=lambda: [i / 8 for i in range(1, 9)])
     samples: int = 4096
-    saturator: StreamConfig = field(default_factory=lambda: StreamConfig(active_sms=0))
+    # 3 x 512 threads per SM: every SM keeps room for the probe's block, so the probe is placed
+    # whichever kernel the GPU dispatches first (kernels/loaded.cu)
+    saturator: StreamConfig = field(default_factory=lambda: StreamConfig(active_sms=0, blocks_per_sm=3))
     calibration_sleeps_ns: list[int] = field(
         default_factory=lambda: [0, 100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 51200])
     calibration_ns: int = 20_000_000

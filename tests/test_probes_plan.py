@@ -108,6 +108,7 @@ def test_chase_sweep_links_and_warm_up():
 def test_loaded_plan_checks_the_sets_against_the_l2():
     ok = LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB).for_device(H200)
     assert ok.saturator.active_sms == 132 and ok.levels == 9
+    assert ok.saturator.blocks_per_sm * ok.saturator.threads + 32 <= 2048  # room for the probe's block
     ok.validate(H200)
     with pytest.raises(PlanError, match="must fit well inside the L2"):
         LoadedPlan(512 * MiB, 40 * MiB, 1 * GiB).for_device(H200).validate(H200)

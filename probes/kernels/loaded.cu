@@ -7,7 +7,9 @@
 // probe's SM exits at once (counted in ctl[CTL_LEFT]), so that SM runs the probe alone. The
 // probe waits for the first saturator block (ctl[CTL_STARTED] > 0) plus settle_ns, measures,
 // then sets ctl[CTL_STOP]; saturator blocks poll it every SAT_POLL iterations and also stop
-// after max_ns. Every wait is bounded, so a missing partner never hangs the GPU.
+// after max_ns. Every wait is bounded, so a missing partner never hangs the GPU. The planner
+// gives the saturator 3 blocks of 512 threads per SM, leaving room for the probe's block on
+// any SM: the probe is placed even when the GPU dispatches the saturator first.
 #include "common.cuh"
 
 #define CTL_PROBE_SM 0
