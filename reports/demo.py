@@ -89,7 +89,9 @@ def sits_timeline(trace, capacity: int, calibration: dict) -> tuple[list[dict], 
 
     result = sits.run(trace, capacity, calibration=calibration)
     events = [e for e in result.extra.get("events", []) if e.get("event") == "decision"]
-    timeline = [{k: v for k, v in e.items() if k in ("time", "H", "d_ms", "score", "to")} for e in events]
+    names = {"time": "time", "d_ms": "window P99 TTFT (ms)", "H": "access entropy H (bits)",
+             "score": "migration score", "to": "behaviour"}
+    timeline = [{names[k]: e[k] for k in names if k in e} for e in events]
     row = result.to_dict()
     row["extra"] = {"p99_ms": result.extra.get("cost", {}).get("ttft_p99_ms"), "switches": result.extra.get("switches")}
     return timeline, row

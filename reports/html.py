@@ -82,6 +82,11 @@ class Table:
     collapsed: bool | None = None  # None: fold tables longer than 15 rows behind a summary line
 
     @property
+    def text_columns(self) -> list[bool]:
+        """Per column: does it hold text (then its header aligns left like its cells)?"""
+        return [any(_is_text(row[i]) for row in self.rows if i < len(row)) for i in range(len(self.columns))]
+
+    @property
     def folded(self) -> bool:
         return len(self.rows) > 15 if self.collapsed is None else self.collapsed
 
@@ -208,6 +213,7 @@ def _environment():
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["zip"] = lambda a, b: list(zip(a, b))
     return env
 
 

@@ -462,7 +462,7 @@ def policy_section(payload: Any, source: str = "") -> Section:
         big = {k for k in numeric if max(abs(float(row.get(k) or 0)) for row in timeline) > 10}
         data = [{"type": "scatter", "mode": "lines", "name": plot_text(k), "x": xs,
                  "y": [row.get(k) for row in timeline], "yaxis": "y" if k in big else "y3"} for k in numeric]
-        state_key = next((k for k in ("policy", "state", "to", "behaviour", "action", "decision")
+        state_key = next((k for k in ("policy", "state", "behaviour", "to", "action", "decision")
                           if k in timeline[0]), None)
         if state_key:
             states = [str(row.get(state_key)) for row in timeline]
