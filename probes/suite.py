@@ -7,6 +7,7 @@ the planner's own estimate from access counts and nominal latencies, shown by `-
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -96,7 +97,7 @@ def make_suite(name: str, device: DeviceLimits, parts: tuple[str, ...] = PARTS,
     lat_max = max_footprint or (1 * GiB if quick else 4 * GiB)
     lat_min = min_footprint or 16 * KiB
     ladder = ChaseSweep(geometric_sizes(lat_min, lat_max, per_octave or (2 if quick else 4)),
-                        samples=samples or (2048 if quick else 8192), warm_full_bytes=l2)
+                        samples=samples or (2048 if quick else 8192), warm_full_bytes=2 * l2)
     tlb_max = 4 * GiB if quick else 16 * GiB
     tlb_sweeps = [ChaseSweep(geometric_sizes(2 * stride, tlb_max, 2 if quick else 4, align=stride), stride=stride,
                              skew=TLB_SKEW, samples=1024 if quick else 4096, warm_full_bytes=tlb_max)
@@ -115,6 +116,19 @@ def make_suite(name: str, device: DeviceLimits, parts: tuple[str, ...] = PARTS,
                         targets=[i / 8 for i in range(1, 9)] if quick else [i / 16 for i in range(1, 17)],
                         samples=4096 if quick else 16384)
     return SuitePlan(name, LatencyPlan(ladder), TlbPlan(tlb_sweeps), bandwidth, loaded, parts=tuple(parts))
+
+
+@contextmanager
+def _out_of_memory_is_plain(part: str):
+    """CuPy's OutOfMemoryError (another process took the memory after planning) as one line."""
+    try:
+        yield
+    except Exception as exc:
+        if type(exc).__name__ != "OutOfMemoryError":
+            raise
+        from .errors import ProbeError
+
+        raise ProbeError(f"{part}: the GPU ran out of memory ({exc}); free GPU memory or lower the sizes") from exc
 
 
 def run_suite(run, plan: SuitePlan, index: int = 0, progress: Callable[[str, int, int], None] | None = None,
@@ -137,13 +151,13 @@ def run_suite(run, plan: SuitePlan, index: int = 0, progress: Callable[[str, int
         report(part, 0, total)
         return lambda n: report(part, n, total)
 
-    with timed_phase(phases, "calibrate", t0):
+    with _out_of_memory_is_plain("calibrate"), timed_phase(phases, "calibrate", t0):
         facts = probes.calibrate(plan.latency.clock_spin_ns, plan.latency.timer_samples)
     run.update_meta(sm_clock_mhz=facts["sm_clock_mhz"], timer_overhead_cycles=facts["timer_overhead_cycles"],
                     probe_calibration=facts, suite=plan.name, probe_plan=plan.describe())
     mhz = facts["sm_clock_mhz"]
     if "latency" in plan.parts:
-        with timed_phase(phases, "latency", t0):
+        with _out_of_memory_is_plain("latency"), timed_phase(phases, "latency", t0):
             tables = probes.latency(plan.latency, step("latency"))
         summaries = []
         for name, frame in tables.items():
@@ -156,16 +170,16 @@ def run_suite(run, plan: SuitePlan, index: int = 0, progress: Callable[[str, int
         tiers = [analysis.tiers_frame(summary, v, mhz, probes.limits.l2_bytes) for v in plan.latency.variants]
         run.write_table("latency_tiers", pd.concat(tiers, ignore_index=True))
     if "tlb" in plan.parts:
-        with timed_phase(phases, "tlb", t0):
+        with _out_of_memory_is_plain("tlb"), timed_phase(phases, "tlb", t0):
             frame = probes.tlb(plan.tlb, step("tlb"))
         run.write_table("tlb", frame)
         run.write_table("tlb_steps", analysis.tlb_steps_frame(analysis.summarize(frame, ["stride_bytes",
                                                                                          "footprint_bytes"])))
     if "bandwidth" in plan.parts:
-        with timed_phase(phases, "bandwidth", t0):
+        with _out_of_memory_is_plain("bandwidth"), timed_phase(phases, "bandwidth", t0):
             run.write_table("bandwidth", probes.bandwidth(plan.bandwidth, step("bandwidth")))
     if "loaded" in plan.parts:
-        with timed_phase(phases, "loaded", t0):
+        with _out_of_memory_is_plain("loaded"), timed_phase(phases, "loaded", t0):
             out = probes.loaded(plan.loaded, step("loaded"))
         run.write_table("loaded", out["loaded"])
         run.write_table("loaded_calibration", out["loaded_calibration"])

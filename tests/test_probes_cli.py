@@ -194,3 +194,23 @@ def test_figures_read_back_from_the_run(tmp_path, capsys):
     with RunDirectory.create(tmp_path, "empty") as run:
         pass
     assert check_figures(run)["missing"] == ["latency_tiers", "bandwidth", "loaded_levels"]
+
+
+def test_gpu_out_of_memory_mid_run_is_one_plain_error(tmp_path):
+    from sitsprof.collectors.rundir import RunDirectory, open_run
+    from sitsprof.probes.errors import ProbeError
+
+    class OutOfMemoryError(Exception):  # the name CuPy's allocator raises
+        pass
+
+    class Starved(FakeProbes):
+        def bandwidth(self, plan, progress):
+            raise OutOfMemoryError("Out of memory allocating 1,073,741,824 bytes")
+
+    with pytest.raises(ProbeError, match="bandwidth: the GPU ran out of memory") as err:
+        with RunDirectory.create(tmp_path, "r") as run:
+            run_suite(run, make_suite("quick", H100), probes=Starved(H100))
+    assert err.value.exit_code == 2
+    back = open_run(tmp_path / "r")
+    assert back.status == "failed" and not back.complete
+    assert {"latency", "tlb"} <= set(back.tables("probe"))  # what finished before is kept
