@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from ..reports.calibration import CalibrationError, latency_ns, load_calibration
 from .errors import PolicyEngineError
@@ -31,6 +32,8 @@ from .models import DEFAULT_MODEL, ModelPreset, get_model
 from .trace import Trace
 
 MISS_MODES = ("recompute", "reload")
+# Columns of the coefficient table (one row per model preset in use), all in seconds.
+HIT_PER_TOKEN, HIT_FIXED, MISS_PER_TOKEN, MISS_FIXED, MISS_ATTN, DECODE_FIXED, DECODE_PER_TOKEN = range(7)
 
 
 class CostModelError(PolicyEngineError):
@@ -79,63 +82,77 @@ class CostModel:
         self.stack_models = stack_models
 
     # -- per reference --------------------------------------------------------------
-    def _presets(self, trace: Trace) -> tuple[list[ModelPreset], np.ndarray]:
-        """Presets in use and, per reference, its index (tenants named after a preset use it)."""
+    def _presets(self, trace: Trace) -> tuple[list[ModelPreset], np.ndarray | None]:
+        """Presets in use and, per reference, its index (None when every reference uses the
+        default); tenants named after a preset use that preset."""
         presets = [self.model]
-        code_to_index = np.zeros(len(trace.tenant_names) + 1, dtype=np.int64)
-        if self.stack_models:
-            from .models import PRESETS
+        if not (self.stack_models and trace.tenant_names):
+            return presets, None
+        from .models import PRESETS
 
-            for code, name in enumerate(trace.tenant_names):
-                if name in PRESETS:
-                    if PRESETS[name] not in presets:
-                        presets.append(PRESETS[name])
-                    code_to_index[code] = presets.index(PRESETS[name])
+        code_to_index = np.zeros(len(trace.tenant_names) + 1, dtype=np.int64)
+        for code, name in enumerate(trace.tenant_names):
+            if name in PRESETS:
+                if PRESETS[name] not in presets:
+                    presets.append(PRESETS[name])
+                code_to_index[code] = presets.index(PRESETS[name])
+        if len(presets) == 1:
+            return presets, None
         tenant = np.asarray(trace.tenant, dtype=np.int64)
-        index = np.where(tenant >= 0, code_to_index[np.clip(tenant, 0, None)], 0) if len(tenant) else tenant
-        return presets, index
+        return presets, np.where(tenant >= 0, code_to_index[np.clip(tenant, 0, None)], 0)
+
+    def coefficients(self, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+        """(table, index): table[k] holds preset k's cost coefficients (columns above); index
+        gives each reference's row (int8), or is empty when one preset serves every reference."""
+        presets, index = self._presets(trace)
+        g = self.gpu
+        table = np.zeros((len(presets), 7))
+        for k, p in enumerate(presets):
+            tp = float(p.tensor_parallel)
+            kv = float(p.kv_bytes_per_token)
+            table[k, HIT_PER_TOKEN] = kv / (g.hbm_read_bps * tp)
+            table[k, HIT_FIXED] = g.hbm_latency_s
+            if self.miss == "reload":
+                table[k, MISS_PER_TOKEN] = kv / (g.host_bps * tp)
+                table[k, MISS_FIXED] = g.hbm_latency_s
+            else:
+                table[k, MISS_PER_TOKEN] = 2e9 * p.params_active_b / (g.flops * tp) + kv / (g.hbm_write_bps * tp)
+                table[k, MISS_ATTN] = 4.0 * p.layers * p.q_heads * p.attn_dim / (g.flops * tp)
+            table[k, DECODE_FIXED] = p.params_total_b * 1e9 * p.dtype_bytes / (g.hbm_read_bps * tp)
+            table[k, DECODE_PER_TOKEN] = kv / (g.hbm_read_bps * tp)
+        idx = np.zeros(0, dtype=np.int8) if index is None else index.astype(np.int8)
+        return table, idx
 
     def block_costs(self, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         """(hit seconds, miss seconds) for every reference."""
-        presets, index = self._presets(trace)
-        g = self.gpu
+        table, index = self.coefficients(trace)
+        rows = table[0] if not len(index) else table[index].T
         tokens = np.asarray(trace.tokens, dtype=np.float64)
         start = np.asarray(trace.position, dtype=np.float64) * trace.block_tokens
-
-        def per_preset(attr):
-            return np.array([attr(p) for p in presets], dtype=np.float64)[index]
-
-        kv = per_preset(lambda p: p.kv_bytes_per_token) * tokens
-        tp = per_preset(lambda p: p.tensor_parallel)
-        hit = kv / (g.hbm_read_bps * tp) + g.hbm_latency_s
-        if self.miss == "reload":
-            miss = kv / (g.host_bps * tp) + g.hbm_latency_s
-        else:
-            linear = 2e9 * per_preset(lambda p: p.params_active_b) * tokens
-            attn = 4.0 * per_preset(lambda p: p.layers * p.q_heads * p.attn_dim) * tokens * (start + tokens / 2)
-            miss = (linear + attn) / (g.flops * tp) + kv / (g.hbm_write_bps * tp)
+        hit = rows[HIT_PER_TOKEN] * tokens + rows[HIT_FIXED]
+        miss = rows[MISS_PER_TOKEN] * tokens + rows[MISS_FIXED] + rows[MISS_ATTN] * tokens * (start + tokens / 2)
         return hit, miss
 
-    def decode_step(self, trace: Trace) -> np.ndarray:
+    def decode_step(self, trace: Trace, offsets: np.ndarray | None = None) -> np.ndarray:
         """Seconds of one decode step per request (weights + the request's KV, read once)."""
-        presets, index = self._presets(trace)
-        offsets = trace.request_offsets
+        table, index = self.coefficients(trace)
+        offsets = request_offsets(trace) if offsets is None else offsets
         first = offsets[:-1]
-        if not len(first):
-            return np.zeros(0)
-        ridx = index[first]
-        weights = np.array([p.params_total_b * 1e9 * p.dtype_bytes for p in presets])[ridx]
-        kvpt = np.array([p.kv_bytes_per_token for p in presets], dtype=np.float64)
-        tp = np.array([p.tensor_parallel for p in presets], dtype=np.float64)[ridx]
-        tokens = np.add.reduceat(np.asarray(trace.tokens, dtype=np.float64), first)
-        return (weights + kvpt[ridx] * tokens) / (self.gpu.hbm_read_bps * tp)
+        rows = table[0] if not len(index) else table[index[first]].T
+        tokens = np.diff(np.concatenate(([0], np.cumsum(trace.tokens, dtype=np.int64)))[offsets]).astype(np.float64)
+        return rows[DECODE_FIXED] + rows[DECODE_PER_TOKEN] * tokens
 
     # -- per request ----------------------------------------------------------------
-    def request_ttft(self, trace: Trace, hit: np.ndarray, costs=None) -> np.ndarray:
+    def request_ttft(self, trace: Trace, hit: np.ndarray, offsets: np.ndarray | None = None) -> np.ndarray:
         """Seconds to first token of every request, given per-reference hit flags."""
-        hit_s, miss_s = costs if costs is not None else self.block_costs(trace)
-        return ttft_from_costs(trace.request_offsets, np.asarray(trace.request), hit, hit_s, miss_s,
-                               self.miss == "recompute") + self.decode_step(trace)
+        offsets = request_offsets(trace) if offsets is None else offsets
+        table, index = self.coefficients(trace)
+        out = np.zeros(len(offsets) - 1)
+        ttft_kernel(0, len(out), 1, offsets, np.ascontiguousarray(hit, dtype=np.uint8),
+                    np.ascontiguousarray(trace.tokens, dtype=np.int32),
+                    np.ascontiguousarray(trace.position, dtype=np.int32), trace.block_tokens, index, table,
+                    self.miss == "recompute", out)
+        return out
 
     def summarize(self, trace: Trace, hit: np.ndarray) -> dict:
         """Run figures: TTFT P50/P95/P99/mean (ms) and tokens per second."""
@@ -155,19 +172,57 @@ class CostModel:
         return out
 
 
+def request_offsets(trace: Trace) -> np.ndarray:
+    """CSR offsets of requests (O(n); the same as Trace.request_offsets when no request is empty)."""
+    request = np.asarray(trace.request)
+    n = len(request)
+    if n == 0:
+        return np.zeros(1, dtype=np.int64)
+    starts = np.flatnonzero(request[1:] != request[:-1]) + 1
+    if len(starts) + 1 != int(request[-1]) + 1 or request[0] != 0:
+        return np.ascontiguousarray(trace.request_offsets, dtype=np.int64)
+    return np.concatenate(([0], starts, [n])).astype(np.int64)
+
+
+@njit(cache=True)
+def ttft_kernel(r0, r1, stride, offsets, hit, tokens, position, block_tokens, index, table, prefix_only, out):
+    """TTFT of requests r0, r0+stride, ... < r1 into out[r] (the loop form of ttft_from_costs + decode)."""
+    multi = index.shape[0] > 0
+    for r in range(r0, r1, stride):
+        lo = offsets[r]
+        hi = offsets[r + 1]
+        total = 0.0
+        leading = True
+        context = 0
+        for i in range(lo, hi):
+            k = index[i] if multi else 0
+            tok = float(tokens[i])
+            context += tokens[i]
+            if hit[i] and (leading or not prefix_only):
+                total += table[k, 0] * tok + table[k, 1]
+            else:
+                if not hit[i]:
+                    leading = False
+                start = float(position[i]) * block_tokens
+                total += table[k, 2] * tok + table[k, 3] + table[k, 4] * tok * (start + tok / 2)
+        k = (index[lo] if multi else 0) if hi > lo else 0
+        out[r] = total + table[k, 5] + table[k, 6] * context
+
+
+def leading_hits(offsets, request, hit) -> np.ndarray:
+    """Boolean per reference: a hit with no miss before it in its request (the reusable prefix)."""
+    hit = np.asarray(hit, dtype=bool)
+    misses = np.cumsum(~hit)
+    first = offsets[:-1]
+    before = misses[first] - (~hit[first])  # misses before each request's first reference
+    return hit & (misses == before[request])
+
+
 def ttft_from_costs(offsets, request, hit, hit_s, miss_s, prefix_only: bool) -> np.ndarray:
     """Sum per-reference costs per request; with `prefix_only`, a hit counts only in the leading run."""
-    n = len(hit)
-    if n == 0:
+    if len(hit) == 0:
         return np.zeros(max(len(offsets) - 1, 0))
-    hit = np.asarray(hit, dtype=bool)
-    if prefix_only:
-        misses = np.cumsum(~hit)
-        first = offsets[:-1]
-        before = misses[first] - (~hit[first])  # misses before each request's first reference
-        served = hit & (misses == before[request])
-    else:
-        served = hit
+    served = leading_hits(offsets, request, hit) if prefix_only else np.asarray(hit, dtype=bool)
     cost = np.where(served, hit_s, miss_s)
     csum = np.concatenate(([0.0], np.cumsum(cost)))
     return csum[offsets[1:]] - csum[offsets[:-1]]

@@ -122,7 +122,9 @@ def request_keys(trace: Trace, shard_key: str = "first-block", texts=None, embed
     """One key per request."""
     if shard_key not in SHARD_KEYS:
         raise PolicyEngineError(f"shard key {shard_key!r} unknown; choose from {', '.join(SHARD_KEYS)}")
-    first = trace.request_offsets[:-1]
+    from .costmodel import request_offsets
+
+    first = request_offsets(trace)[:-1]
     if shard_key == "first-block":
         return trace.block[first].astype(np.int64)
     if shard_key in ("tenant", "stack"):
@@ -163,9 +165,9 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
         window_s: float = 60.0, memory: float = 0.5, texts=None, embedder=None, similarity: float = 0.8,
         hit_out=None, calibration=None, model: str = "qwen2-72b", miss: str = "recompute"):
     """Replay `trace` through the semantic shard cache; a SimResult with shard figures in ``extra``."""
-    from .costmodel import CostModel
-    from .engine import _Prepared, _summarise, check_capacity
-    from .sits import window_bounds
+    from .costmodel import CostModel, request_offsets
+    from .engine import check_capacity
+    from .sits import sim_result, window_bounds
     from .tenancy import ctcci
 
     capacity = check_capacity(capacity)
@@ -173,27 +175,28 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
         raise PolicyEngineError(f"shards {shards} must be at least 1")
     if ttl_s <= 0:
         raise PolicyEngineError(f"ttl {ttl_s} s must be positive")
-    prep = _Prepared(trace)
-    block, n = prep.block, len(prep.block)
+    shards = min(int(shards), capacity)  # every shard needs a slot
+    start = time.perf_counter()
+    block = np.ascontiguousarray(trace.block, dtype=np.int32)
+    n, n_blocks = len(block), int(trace.n_blocks)
+    offsets = request_offsets(trace)
     keys = request_keys(trace, shard_key, texts, embedder, similarity)
     req_shard = _shard_of(keys, shards) if shard_key != "embedding" else keys % shards
     shard = req_shard[np.asarray(trace.request, dtype=np.int64)] if n else np.zeros(0, np.int64)
     now = np.ascontiguousarray(trace.time, dtype=np.float64)
-    prev, nxt, head, tail = new_lists(prep.n_blocks, shards)
+    prev, nxt, head, tail = new_lists(n_blocks, shards)
     size = np.zeros(shards, dtype=np.int64)
     cap = allocate(capacity, np.zeros(shards))
-    owner = np.full(max(prep.n_blocks, 1), -1, dtype=np.int64)
-    last_t = np.zeros(max(prep.n_blocks, 1), dtype=np.float64)
+    owner = np.full(max(n_blocks, 1), -1, dtype=np.int64)
+    last_t = np.zeros(max(n_blocks, 1), dtype=np.float64)
     evicted = np.zeros(shards, dtype=np.int64)
     expired = np.zeros(shards, dtype=np.int64)
     cross = np.zeros(1, dtype=np.int64)
-    hit = prep.hit
-    hit.fill(0)
+    hit = np.zeros(n, dtype=np.uint8)
     demand = np.zeros(shards)
-    bounds = window_bounds(trace, window_s, 1 << 62)
+    bounds = window_bounds(trace, window_s, 1 << 62, offsets)
     events = []
     max_resident = 0
-    start = time.perf_counter()
     for w in range(len(bounds) - 1):
         lo, hi = int(bounds[w]), int(bounds[w + 1])
         before = evicted.sum()
@@ -211,7 +214,7 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
         hit_out[:n] = hit
     span = float(now[-1] - now[0]) if n else 0.0
     total_evicted = int(evicted.sum())
-    result = _summarise(prep, NAME, capacity, hit, total_evicted, max_resident, seconds, {})
+    result = sim_result(trace, offsets, NAME, capacity, hit, total_evicted, max_resident, seconds, {})
     result.extra.update(
         shard_key=shard_key, shards=shards, ttl_s=ttl_s, window_s=window_s,
         shard_evictions=evicted.tolist(), shard_expirations=expired.tolist(), cross_shard_hits=int(cross[0]),

@@ -3,12 +3,13 @@
 The cache keeps ARC's four lists (T1/T2 resident, B1/B2 ghosts; see arc.py) and serves in
 one of two *behaviours* over the same lists:
 
-- ``recency``: evict the least recently used resident block, i.e. the older of T1's and
-  T2's tails (each list is in recency order, so this is exactly LRU's victim);
+- ``recency``: one LRU list: misses enter T2 at its head and T2's tail is evicted, once
+  whatever T1 held from a scan period has drained (T1's tail goes first);
 - ``scan`` (scan resistance): ARC's REPLACE, with T1's target size `p` adapted by ghost hits.
 
 Both behaviours keep `p` and the ghosts up to date, so a switch is a flip of one flag: every
 resident block stays (no cold cache) and the other behaviour's metadata is already warm.
+Pinned to one behaviour from the start, the cache is exactly LRU or exactly ARC (tested).
 
 Which behaviour serves is decided once per window (``window_s`` of trace time or
 ``window_refs`` references, at request boundaries) by a controller that logs every decision:
@@ -19,7 +20,8 @@ Which behaviour serves is decided once per window (``window_s`` of trace time or
    per window, say which behaviour is winning on this workload right now.
 2. Signals: access-pattern entropy H (Shannon entropy, bits, of the window's block ids hashed
    into 256 buckets, so 0 <= H <= 8) and latency sensitivity d (P99 TTFT of the window's
-   requests in ms, from the cost model). score = a*min(1, H/8) + (1-a)*min(1, d/200); a
+   requests in ms, from the cost model; windows of more than 8192 requests use an evenly
+   spaced sample of about 4096 of them). score = a*min(1, H/8) + (1-a)*min(1, d/200); a
    starts at 0.6 and moves with load (see ``adapt_alpha``).
 3. Action matrix: H < 2.5 and d < 50 ms -> ``keep`` (no change); H > 6 and d > 150 ms ->
    ``migrate`` to the shadow winner as soon as it leads; elsewhere -> ``migrate`` only when
@@ -35,10 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from . import arc as _arc
-from . import lru as _lru
-from ._structs import NIL, move_to_head, new_lists, pop_tail, push_head, unlink
-from .arc import _B1, _B2, _T1, _T2, _replace
+from ._structs import NIL, move_to_head_s, new_lists, push_head_s, unlink_s
 from .errors import PolicyEngineError
 from .trace import Trace
 
@@ -47,8 +46,8 @@ DESCRIPTION = "SITS adaptive: per-window entropy/P99 score switches recency vs A
 
 RECENCY, SCAN = 0, 1
 BEHAVIOURS = ("recency", "scan")
-SHADOW_POLICIES = {RECENCY: _lru, SCAN: _arc}  # shadow candidate for each behaviour
 H_CAP, D_CAP_MS = 8.0, 200.0
+P99_SAMPLE = 4096  # a window's P99 is taken over at most about this many evenly spaced requests
 KEEP_H, KEEP_D = 2.5, 50.0
 MIGRATE_H, MIGRATE_D = 6.0, 150.0
 
@@ -103,139 +102,148 @@ def access_entropy(block: np.ndarray) -> float:
 
 # ---------------------------------------------------------------------------- the cache
 
-
-@njit(cache=True)
-def _evict_recency(prev, nxt, head, tail, where, size, last):
-    """Demote the least recently used resident block (older of T1's and T2's tails) to its ghost."""
-    a = tail[_T1]
-    b = tail[_T2]
-    if b == NIL or (a != NIL and last[a] <= last[b]):
-        q, g = _T1, _B1
-    else:
-        q, g = _T2, _B2
-    x = pop_tail(prev, nxt, head, tail, q)
-    size[q] -= 1
-    push_head(prev, nxt, head, tail, g, x)
-    size[g] += 1
-    where[x] = g
+_T1, _T2, _B1, _B2 = 0, 1, 2, 3  # list codes in `where`
 
 
-@njit(cache=True)
-def _drop_ghost(prev, nxt, head, tail, where, size, g):
-    x = pop_tail(prev, nxt, head, tail, g)
-    size[g] -= 1
+@njit(cache=True, inline="always")
+def _demote(prev, nxt, where, src_head, src_tail, dst_head, dst_tail, dst):
+    """Move the tail of one list to the head of list `dst`; returns both lists' new ends."""
+    x = src_tail
+    src_head, src_tail = unlink_s(prev, nxt, src_head, src_tail, x)
+    dst_head, dst_tail = push_head_s(prev, nxt, dst_head, dst_tail, x)
+    where[x] = dst
+    return src_head, src_tail, dst_head, dst_tail
+
+
+@njit(cache=True, inline="always")
+def _forget(prev, nxt, where, head, tail):
+    """Drop the tail of a list; returns the list's new ends."""
+    x = tail
+    head, tail = unlink_s(prev, nxt, head, tail, x)
     where[x] = NIL
+    return head, tail
 
 
 @njit(cache=True)
-def _make_room_recency(prev, nxt, head, tail, where, size, last, capacity, into_t1):
-    """Recency behaviour: free one resident slot, then trim ghosts to ARC's bounds."""
-    evicted = 0
-    while size[_T1] + size[_T2] + 1 > capacity:
-        _evict_recency(prev, nxt, head, tail, where, size, last)
-        evicted += 1
-    while into_t1 and size[_T1] + size[_B1] + 1 > capacity and size[_B1] > 0:
-        _drop_ghost(prev, nxt, head, tail, where, size, _B1)
-    while size[_T1] + size[_T2] + size[_B1] + size[_B2] + 1 > 2 * capacity:
-        _drop_ghost(prev, nxt, head, tail, where, size, _B2 if size[_B2] > 0 else _B1)
-    return evicted
-
-
-@njit(cache=True)
-def _make_room_scan_miss(prev, nxt, head, tail, where, size, p, capacity):
-    """Scan behaviour, a miss on all four lists: ARC's case IV (as arc.py)."""
-    evicted = 0
-    while size[_T1] + size[_T2] + 1 > capacity:
-        if size[_T1] + size[_B1] + 1 > capacity:
-            if size[_B1] > 0:
-                _drop_ghost(prev, nxt, head, tail, where, size, _B1)
-                _replace(prev, nxt, head, tail, where, size, p, False)
-            else:
-                x = pop_tail(prev, nxt, head, tail, _T1)
-                size[_T1] -= 1
-                where[x] = NIL
-        else:
-            if size[_T1] + size[_B1] + size[_T2] + size[_B2] >= 2 * capacity and size[_B2] > 0:
-                _drop_ghost(prev, nxt, head, tail, where, size, _B2)
-            _replace(prev, nxt, head, tail, where, size, p, False)
-        evicted += 1
-    return evicted
-
-
-@njit(cache=True)
-def replay_window(block, lo, hi, prev, nxt, head, tail, where, size, state, last, behaviour, capacity, hit):
-    """Serve references lo..hi-1 in `behaviour`; state[0] is ARC's p. Returns evictions."""
-    evictions = 0
+def replay_window(block, lo, hi, prev, nxt, where, ends, sizes, state, behaviour, capacity, hit):
+    """Serve references lo..hi-1 in `behaviour`. List ends (`ends`, 8), sizes (`sizes`, 4), ARC's
+    p and the most blocks ever resident (`state`) are loaded into locals and stored back.
+    Returns the evictions."""
+    h1, t1, h2, t2, hb1, tb1, hb2, tb2 = ends[0], ends[1], ends[2], ends[3], ends[4], ends[5], ends[6], ends[7]
+    n1, n2, nb1, nb2 = sizes[0], sizes[1], sizes[2], sizes[3]
     p = state[0]
+    max_resident = state[1]
     cap_f = float(capacity)
+    evictions = 0
     for i in range(lo, hi):
         b = block[i]
         w = where[b]
-        last[b] = i
         if w == _T1:
             hit[i] = 1
-            unlink(prev, nxt, head, tail, _T1, b)
-            size[_T1] -= 1
-            push_head(prev, nxt, head, tail, _T2, b)
-            size[_T2] += 1
+            h1, t1 = unlink_s(prev, nxt, h1, t1, b)
+            h2, t2 = push_head_s(prev, nxt, h2, t2, b)
+            n1 -= 1
+            n2 += 1
             where[b] = _T2
             continue
         if w == _T2:
             hit[i] = 1
-            move_to_head(prev, nxt, head, tail, _T2, b)
+            h2, t2 = move_to_head_s(prev, nxt, h2, t2, b)
             continue
         hit[i] = 0
-        if w == _B1 or w == _B2:
-            in_b2 = w == _B2
-            if w == _B1:
-                p = min(p + max(size[_B2] / size[_B1], 1.0), cap_f)
-            else:
-                p = max(p - max(size[_B1] / size[_B2], 1.0), 0.0)
-            unlink(prev, nxt, head, tail, w, b)
-            size[w] -= 1
-            if behaviour == RECENCY:
-                evictions += _make_room_recency(prev, nxt, head, tail, where, size, last, capacity, False)
-            else:
-                while size[_T1] + size[_T2] + 1 > capacity:
-                    _replace(prev, nxt, head, tail, where, size, p, in_b2)
-                    evictions += 1
-            q = _T2
+        ghost = w == _B1 or w == _B2
+        in_b2_hit = w == _B2
+        if w == _B1:  # ghost hits adapt p in both behaviours, so `scan` stays warm
+            p = min(p + max(nb2 / nb1, 1.0), cap_f)
+            hb1, tb1 = unlink_s(prev, nxt, hb1, tb1, b)
+            nb1 -= 1
+        elif w == _B2:
+            p = max(p - max(nb1 / nb2, 1.0), 0.0)
+            hb2, tb2 = unlink_s(prev, nxt, hb2, tb2, b)
+            nb2 -= 1
+        if behaviour == RECENCY:
+            # One LRU list (T2); T1, holding what a scan period admitted, drains first.
+            while n1 + n2 + 1 > capacity:
+                evictions += 1
+                if n1 > 0:
+                    h1, t1, hb1, tb1 = _demote(prev, nxt, where, h1, t1, hb1, tb1, _B1)
+                    n1 -= 1
+                    nb1 += 1
+                else:
+                    h2, t2, hb2, tb2 = _demote(prev, nxt, where, h2, t2, hb2, tb2, _B2)
+                    n2 -= 1
+                    nb2 += 1
+            while n1 + n2 + nb1 + nb2 + 1 > 2 * capacity:
+                if nb2 > 0:
+                    hb2, tb2 = _forget(prev, nxt, where, hb2, tb2)
+                    nb2 -= 1
+                else:
+                    hb1, tb1 = _forget(prev, nxt, where, hb1, tb1)
+                    nb1 -= 1
+            h2, t2 = push_head_s(prev, nxt, h2, t2, b)
+            n2 += 1
+            where[b] = _T2
         else:
-            if behaviour == RECENCY:
-                evictions += _make_room_recency(prev, nxt, head, tail, where, size, last, capacity, True)
+            # ARC (as arc.py): case IV trims the ghosts first, then REPLACE.
+            while n1 + n2 + 1 > capacity:
+                evictions += 1
+                if not ghost:
+                    if n1 + nb1 + 1 > capacity:
+                        if nb1 == 0:
+                            h1, t1 = _forget(prev, nxt, where, h1, t1)
+                            n1 -= 1
+                            continue
+                        hb1, tb1 = _forget(prev, nxt, where, hb1, tb1)
+                        nb1 -= 1
+                    elif n1 + nb1 + n2 + nb2 >= 2 * capacity and nb2 > 0:
+                        hb2, tb2 = _forget(prev, nxt, where, hb2, tb2)
+                        nb2 -= 1
+                if (n1 > 0 and (n1 > p or (n1 == p and in_b2_hit))) or n2 == 0:
+                    h1, t1, hb1, tb1 = _demote(prev, nxt, where, h1, t1, hb1, tb1, _B1)
+                    n1 -= 1
+                    nb1 += 1
+                else:
+                    h2, t2, hb2, tb2 = _demote(prev, nxt, where, h2, t2, hb2, tb2, _B2)
+                    n2 -= 1
+                    nb2 += 1
+            if ghost:
+                h2, t2 = push_head_s(prev, nxt, h2, t2, b)
+                n2 += 1
+                where[b] = _T2
             else:
-                evictions += _make_room_scan_miss(prev, nxt, head, tail, where, size, p, capacity)
-            q = _T1
-        push_head(prev, nxt, head, tail, q, b)
-        size[q] += 1
-        where[b] = q
-        if size[_T1] + size[_T2] > state[1]:
-            state[1] = size[_T1] + size[_T2]
+                h1, t1 = push_head_s(prev, nxt, h1, t1, b)
+                n1 += 1
+                where[b] = _T1
+        if n1 + n2 > max_resident:
+            max_resident = n1 + n2
+    ends[0], ends[1], ends[2], ends[3], ends[4], ends[5], ends[6], ends[7] = h1, t1, h2, t2, hb1, tb1, hb2, tb2
+    sizes[0], sizes[1], sizes[2], sizes[3] = n1, n2, nb1, nb2
     state[0] = p
+    state[1] = max_resident
     return evictions
 
 
 class HybridCache:
-    """The SITS cache's metadata: ARC's lists plus per-block last access, resumable by window."""
+    """The SITS cache's metadata (ARC's four lists and p), resumable window by window."""
 
     def __init__(self, n_blocks: int, capacity: int):
         self.capacity = int(capacity)
-        self.prev, self.nxt, self.head, self.tail = new_lists(n_blocks, 4)
+        self.prev, self.nxt, _, _ = new_lists(n_blocks, 1)
         self.where = np.full(max(n_blocks, 1), NIL, dtype=np.int8)
-        self.size = np.zeros(4, dtype=np.int64)
+        self.ends = np.full(8, NIL, dtype=np.int32)  # head, tail of T1, T2, B1, B2
+        self.sizes = np.zeros(4, dtype=np.int64)  # entries in T1, T2, B1, B2
         self.state = np.zeros(2, dtype=np.float64)  # ARC's p, most blocks ever resident
-        self.last = np.zeros(max(n_blocks, 1), dtype=np.int64)
         self.evictions = 0
 
     def replay(self, block, lo, hi, behaviour, hit) -> int:
-        e = replay_window(block, lo, hi, self.prev, self.nxt, self.head, self.tail, self.where, self.size,
-                          self.state, self.last, behaviour, self.capacity, hit)
+        e = replay_window(block, lo, hi, self.prev, self.nxt, self.where, self.ends, self.sizes, self.state,
+                          behaviour, self.capacity, hit)
         self.evictions += int(e)
         return int(e)
 
     @property
     def resident(self) -> int:
-        return int(self.size[_T1] + self.size[_T2])
+        return int(self.sizes[_T1] + self.sizes[_T2])
 
     def resident_blocks(self) -> np.ndarray:
         return np.flatnonzero((self.where == _T1) | (self.where == _T2))
@@ -244,23 +252,45 @@ class HybridCache:
 # ---------------------------------------------------------------------------- windows
 
 
-def window_bounds(trace: Trace, window_s: float, window_refs: int) -> np.ndarray:
+def window_bounds(trace: Trace, window_s: float, window_refs: int, offsets: np.ndarray | None = None) -> np.ndarray:
     """Reference offsets of windows: a new window starts at the first request at or after
-    window_start + window_s, or once the window holds window_refs references."""
-    offsets = trace.request_offsets
+    window_start + window_s (window_s <= 0: time is ignored), or once the window holds
+    window_refs references."""
+    from .costmodel import request_offsets
+
+    offsets = request_offsets(trace) if offsets is None else offsets
     n_req = len(offsets) - 1
     if n_req <= 0:
         return np.array([0, 0], dtype=np.int64)
     first = offsets[:-1]
-    t = np.asarray(trace.time, dtype=np.float64)[first] if len(trace.time) else np.zeros(n_req)
-    slot = np.floor((t - t[0]) / window_s).astype(np.int64) if window_s > 0 else np.zeros(n_req, np.int64)
-    change = np.flatnonzero(np.diff(slot)) + 1
-    starts = np.concatenate(([0], change))
-    slot_start_ref = np.repeat(first[starts], np.diff(np.concatenate((starts, [n_req]))))
-    sub = (first - slot_start_ref) // max(int(window_refs), 1)
-    key_change = np.flatnonzero((np.diff(slot) != 0) | (np.diff(sub) != 0)) + 1
-    req_starts = np.concatenate(([0], key_change))
+    refs = max(int(window_refs), 1)
+    if window_s > 0:
+        t = np.asarray(trace.time, dtype=np.float64)[first]
+        slot = np.floor((t - t[0]) / window_s).astype(np.int64)
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(slot)) + 1))
+        slot_start_ref = np.repeat(first[starts], np.diff(np.concatenate((starts, [n_req]))))
+        sub = (first - slot_start_ref) // refs
+        change = (np.diff(slot) != 0) | (np.diff(sub) != 0)
+    else:  # reference count only: the first request starting at or after each multiple
+        targets = np.arange(0, int(offsets[-1]), refs, dtype=np.int64)
+        req_starts = np.unique(np.searchsorted(first, targets, side="left"))
+        req_starts = req_starts[req_starts < n_req]
+        return np.concatenate((first[req_starts], [offsets[-1]])).astype(np.int64)
+    req_starts = np.concatenate(([0], np.flatnonzero(change) + 1))
     return np.concatenate((first[req_starts], [offsets[-1]])).astype(np.int64)
+
+
+@njit(cache=True)
+def sample_refs(block, k):
+    """Indices of references whose block hashes into 1/2**k of the space (hash_buckets(., 16))."""
+    mask = np.uint64((1 << k) - 1)
+    out = np.empty(block.shape[0], dtype=np.int64)
+    m = 0
+    for i in range(block.shape[0]):
+        if (np.uint64(block[i]) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(48) & mask == 0:
+            out[m] = i
+            m += 1
+    return out[:m]
 
 
 def shadow_shift(capacity: int, target: int = 4096) -> int:
@@ -269,19 +299,18 @@ def shadow_shift(capacity: int, target: int = 4096) -> int:
 
 
 def shadow_hits(block: np.ndarray, n_blocks: int, capacity: int, k: int) -> tuple[np.ndarray, dict[int, np.ndarray]]:
-    """Replay the sampled slice through each behaviour's shadow policy: (sampled reference
-    indices, {behaviour: hit flags of those references})."""
+    """Replay the sampled slice through each behaviour pinned (exactly LRU and exactly ARC):
+    (sampled reference indices, {behaviour: hit flags of those references})."""
     if k > 0:
-        sampled = np.flatnonzero(hash_buckets(block, 16) & ((1 << k) - 1) == 0)
+        sampled = sample_refs(block, k)
     else:
         sampled = np.arange(len(block))
     sub = np.ascontiguousarray(block[sampled])
     cap = max(1, capacity >> k)
-    offsets = np.arange(len(sub) + 1, dtype=np.int64)
     out = {}
-    for behaviour, module in SHADOW_POLICIES.items():
+    for behaviour in (RECENCY, SCAN):
         h = np.zeros(len(sub), dtype=np.uint8)
-        module.KERNEL(sub, offsets, np.int64(n_blocks), np.int64(cap), h)
+        HybridCache(n_blocks, cap).replay(sub, 0, len(sub), behaviour, h)
         out[behaviour] = h
     return sampled, out
 
@@ -357,41 +386,92 @@ class Controller:
         return self.behaviour
 
 
-def run(trace: Trace, capacity: int, calibration=None, model: str = "qwen2-72b", miss: str = "recompute",
-        gate=None, hit_out=None, **params):
-    """Replay `trace` through the SITS adaptive policy; returns the engine's SimResult with
-    ``extra``: events, behaviour share, switches, cost-model summary.
+@njit(cache=True)
+def strided_p99(values, lo, hi, stride):
+    """np.percentile(values[lo:hi:stride], 99) (linear interpolation), compiled."""
+    return np.percentile(values[lo:hi:stride], 99.0)
 
-    `gate` (a threshold.ThresholdEngine) keeps the controller disarmed (serving ``scan``)
-    until it fires; see threshold.py.
+
+@njit(cache=True)
+def window_entropy(block, lo, hi):
+    """access_entropy(block[lo:hi]) in one compiled pass (same hash, 256 buckets)."""
+    counts = np.zeros(256, dtype=np.int64)
+    for i in range(lo, hi):
+        counts[(np.uint64(block[i]) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(56)] += 1
+    n = hi - lo
+    h = 0.0
+    for c in counts:
+        if c > 0:
+            q = c / n
+            h -= q * np.log2(q)
+    return h
+
+
+def sim_result(trace: Trace, offsets, name, capacity, hit, evictions, max_resident, seconds, extra):
+    """The engine's SimResult from per-reference hit flags (the engine's own per-request pass)."""
+    from .engine import SimResult, _request_stats
+
+    n = len(hit)
+    tokens = np.ascontiguousarray(trace.tokens)
+    request_hits, prefix_hits, hit_tokens = _request_stats(hit, offsets, tokens)
+    hits = int(request_hits.sum())
+    total_tokens = int(tokens.sum())
+    return SimResult(
+        policy=name, capacity=int(capacity), references=n, hits=hits,
+        block_hit_ratio=hits / n if n else 0.0,
+        token_hit_ratio=int(hit_tokens) / total_tokens if total_tokens else 0.0,
+        prefix_hit_ratio=int(prefix_hits) / n if n else 0.0,
+        evictions=int(evictions), max_resident=int(max_resident), request_hits=request_hits,
+        seconds=float(seconds), extra=dict(extra),
+    )
+
+
+def run(trace: Trace, capacity: int, offsets=None, **kwargs):
+    """Replay `trace` through the SITS adaptive policy; returns the engine's SimResult with
+    ``extra``: events, behaviour share, switches, cost-model summary, CTCCI.
+
+    Keywords: calibration, model, miss (cost model); gate (a threshold.ThresholdEngine, which
+    keeps the controller disarmed, serving ``scan``, until it fires); hit_out (receives the
+    per-reference hit flags); the rest are SitsConfig fields. ``seconds`` covers the whole
+    run (cost model, shadows, controller), not only the cache.
     """
-    from .costmodel import CostModel, latency_summary, ttft_from_costs
-    from .engine import _Prepared, _summarise, check_capacity
+    from .costmodel import request_offsets
+
+    offsets = request_offsets(trace) if offsets is None else np.asarray(offsets, dtype=np.int64)
+    hit, evictions, max_resident, seconds, extra = _replay(trace, capacity, offsets, **kwargs)
+    return sim_result(trace, offsets, NAME, capacity, hit, evictions, max_resident, seconds, extra)
+
+
+def _replay(trace: Trace, capacity: int, offsets, calibration=None, model: str = "qwen2-72b",
+            miss: str = "recompute", gate=None, hit_out=None, full_cost: bool = True, **params):
+    from .costmodel import CostModel, latency_summary, ttft_kernel
+    from .engine import check_capacity
+    from .tenancy import ctcci
 
     capacity = check_capacity(capacity)
     cfg = SitsConfig(**params)
-    prep = _Prepared(trace)
-    block, offsets, n = prep.block, prep.offsets, len(prep.block)
-    cost = CostModel(calibration, model=model, miss=miss)
-    hit_s, miss_s = cost.block_costs(trace)
-    decode = cost.decode_step(trace)
-    request = np.asarray(trace.request, dtype=np.int64)
-    bounds = window_bounds(trace, cfg.window_s, cfg.window_refs)
     start = time.perf_counter()
+    block = np.ascontiguousarray(trace.block, dtype=np.int32)
+    n = len(block)
+    cost = CostModel(calibration, model=model, miss=miss)
+    table, index = cost.coefficients(trace)
+    tokens = np.ascontiguousarray(trace.tokens, dtype=np.int32)
+    position = np.ascontiguousarray(trace.position, dtype=np.int32)
+    prefix_only = cost.miss == "recompute"
+    request = np.asarray(trace.request)
+    bounds = window_bounds(trace, cfg.window_s, cfg.window_refs, offsets)
     k = shadow_shift(capacity) if cfg.sample_shift is None else int(cfg.sample_shift)
-    sampled, shadow = shadow_hits(block, prep.n_blocks, capacity, k)
+    sampled, shadow = shadow_hits(block, trace.n_blocks, capacity, k)
     cuts = np.searchsorted(sampled, bounds)
     shadow_cum = {b: np.concatenate(([0], np.cumsum(h, dtype=np.int64))) for b, h in shadow.items()}
-    buckets = hash_buckets(block)
     times = np.asarray(trace.time, dtype=np.float64)
     span = float(times[-1] - times[0]) if n else 0.0
     mean_rate = trace.n_requests / span if span > 0 else float("nan")
-    cache = HybridCache(prep.n_blocks, capacity)
+    cache = HybridCache(trace.n_blocks, capacity)
     ctl = Controller(cfg, behaviour=BEHAVIOURS.index(cfg.initial))
-    hit = prep.hit
-    hit.fill(0)
+    hit = np.zeros(n, dtype=np.uint8) if hit_out is None else hit_out
     served = np.zeros(2, dtype=np.int64)
-    ttft = np.zeros(trace.n_requests)
+    ttft = np.zeros(len(offsets) - 1)
     armed = gate is None
     for w in range(len(bounds) - 1):
         lo, hi = int(bounds[w]), int(bounds[w + 1])
@@ -401,11 +481,10 @@ def run(trace: Trace, capacity: int, calibration=None, model: str = "qwen2-72b",
         cache.replay(block, lo, hi, behaviour, hit)
         served[behaviour] += hi - lo
         r0, r1 = int(request[lo]), int(request[hi - 1]) + 1
-        local = offsets[r0:r1 + 1] - lo
-        win_ttft = ttft_from_costs(local, request[lo:hi] - r0, hit[lo:hi], hit_s[lo:hi], miss_s[lo:hi],
-                                   cost.miss == "recompute") + decode[r0:r1]
-        ttft[r0:r1] = win_ttft
-        d_ms = float(np.percentile(win_ttft, 99) * 1e3)
+        stride = max(1, (r1 - r0) // P99_SAMPLE)
+        ttft_kernel(r0, r1, stride, offsets, hit, tokens, position, trace.block_tokens, index, table,
+                    prefix_only, ttft)
+        d_ms = strided_p99(ttft, r0, r1, stride) * 1e3
         t_end = float(times[hi - 1])
         dur = t_end - float(times[lo])
         load = ((r1 - r0) / dur) / mean_rate if dur > 0 and mean_rate > 0 else 1.0
@@ -413,20 +492,20 @@ def run(trace: Trace, capacity: int, calibration=None, model: str = "qwen2-72b",
             armed = gate.observe(w, t_end, d_ms, cache, ctl.events)
         s_lo, s_hi = cuts[w], cuts[w + 1]
         counts = {b: int(c[s_hi] - c[s_lo]) for b, c in shadow_cum.items()}
-        ctl.decide(w, t_end, bucket_entropy(buckets[lo:hi]), d_ms, load, counts, int(s_hi - s_lo), armed)
+        ctl.decide(w, t_end, window_entropy(block, lo, hi), d_ms, load, counts, int(s_hi - s_lo), armed)
+    if full_cost:
+        ttft_kernel(0, len(ttft), 1, offsets, hit, tokens, position, trace.block_tokens, index, table,
+                    prefix_only, ttft)
     seconds = time.perf_counter() - start
-    if hit_out is not None:
-        hit_out[:n] = hit
-    result = _summarise(prep, NAME, capacity, hit, cache.evictions, int(cache.state[1]), seconds, {})
-    summary = latency_summary(ttft)
-    result.extra.update(
-        sample_shift=k, windows=len(bounds) - 1, switches=ctl.switches,
-        behaviour_share={BEHAVIOURS[b]: float(served[b] / max(n, 1)) for b in range(2)},
-        cost=summary, events=ctl.events,
-    )
+    extra = {
+        "sample_shift": k, "windows": len(bounds) - 1, "switches": ctl.switches,
+        "behaviour_share": {BEHAVIOURS[b]: float(served[b] / max(n, 1)) for b in range(2)},
+        "cost": latency_summary(ttft) if full_cost else None, "tenancy": ctcci(trace, hit) if full_cost else None,
+        "events": ctl.events,
+    }
     if gate is not None:
-        result.extra["threshold"] = gate.summary()
-    return result
+        extra["threshold"] = gate.summary()
+    return hit, cache.evictions, int(cache.state[1]), seconds, extra
 
 
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=65536, initial="scan", threshold=False):
@@ -442,16 +521,20 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=65536, initi
         from .threshold import ThresholdEngine
 
         gate = ThresholdEngine()
-    result = run(trace, int(capacity), window_s=0.0, window_refs=int(window_refs), initial=initial, hit_out=hit,
-                 gate=gate)
-    return result.evictions, result.max_resident
+    _, evictions, max_resident, _, _ = _replay(trace, int(capacity), np.asarray(req_offsets, dtype=np.int64),
+                                               window_s=0.0, window_refs=int(window_refs), initial=initial,
+                                               hit_out=hit, gate=gate, full_cost=False)
+    return evictions, max_resident
 
 
 def _contract_trace(block, req_offsets, n_blocks) -> Trace:
     """A Trace from what the engine contract passes: full 512-token blocks, all at t=0."""
     n = len(block)
-    req = np.repeat(np.arange(len(req_offsets) - 1, dtype=np.int64), np.diff(req_offsets))
-    position = (np.arange(n, dtype=np.int64) - req_offsets[:-1][req]).astype(np.int32)
+    if len(req_offsets) - 1 == n:  # one reference per request (oracle, CSV traces)
+        req, position = np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int32)
+    else:
+        req = np.repeat(np.arange(len(req_offsets) - 1, dtype=np.int64), np.diff(req_offsets))
+        position = (np.arange(n, dtype=np.int64) - req_offsets[:-1][req]).astype(np.int32)
     return Trace(time=np.zeros(n), request=req, block=np.asarray(block, dtype=np.int32),
                  original_id=np.asarray(block, dtype=np.int64), position=position,
                  tokens=np.full(n, 512, dtype=np.int32), tenant=np.full(n, -1, dtype=np.int32),

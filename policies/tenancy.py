@@ -53,6 +53,10 @@ def ctcci(trace: Trace, hit: np.ndarray) -> dict:
     tenant = np.ascontiguousarray(trace.tenant, dtype=np.int32)
     n = len(tenant)
     known = np.unique(tenant[tenant >= 0]) if n else np.zeros(0, dtype=np.int32)
+    if len(known) < 2:  # one tenant (or none known): nothing can cross
+        return {"ctcci": 0.0, "level": "light", "tenants": int(len(known)), "cross_tenant_hits": 0,
+                "accesses": int(n), "alert_threshold": alert_threshold(len(known)), "alert": False,
+                "per_tenant": {}}
     flags = cross_tenant_flags(np.ascontiguousarray(trace.block, dtype=np.int32), tenant,
                                np.ascontiguousarray(hit, dtype=np.uint8), int(trace.n_blocks))
     cross = int(flags.sum())

@@ -28,7 +28,7 @@ import numpy as np
 from ..reports.calibration import latency_ns, load_calibration
 from .errors import PolicyEngineError
 
-BUFFER_FIELDS = ("prev", "nxt", "head", "tail", "where", "size", "state", "last")
+BUFFER_FIELDS = ("prev", "nxt", "where", "ends", "sizes", "state")
 
 
 @dataclass
@@ -79,7 +79,7 @@ class ThresholdEngine:
 
     # -- the switch ------------------------------------------------------------------------
     def switch_cost_ms(self, cache) -> float:
-        entries = int(np.sum(cache.size))
+        entries = int(np.sum(cache.sizes))
         return entries * float(self.entry_ns) * 1e-6
 
     def hot_switch(self, cache, t: float, window: int, events: list) -> bool:

@@ -82,3 +82,17 @@ def test_bad_configuration_is_refused():
     del cal["compute"]
     with pytest.raises(CalibrationError, match="compute"):
         CostModel(cal)
+
+
+@pytest.mark.parametrize("miss", ["recompute", "reload"])
+def test_compiled_ttft_equals_the_vectorised_sum(miss):
+    rng = np.random.default_rng(7)
+    hash_ids = [list(rng.integers(0, 40, rng.integers(1, 9))) for _ in range(300)]
+    trace = _requests(hash_ids, tenant=list(rng.integers(0, 3, 300)), names=("qwen2-72b", "deepseek-v2", "phi-3-mini"))
+    hit = rng.integers(0, 2, len(trace)).astype(np.uint8)
+    cm = CostModel(miss=miss)
+    hit_s, miss_s = cm.block_costs(trace)
+    offsets = trace.request_offsets
+    expected = ttft_from_costs(offsets, np.asarray(trace.request), hit, hit_s, miss_s, miss == "recompute")
+    expected += cm.decode_step(trace)
+    assert np.allclose(cm.request_ttft(trace, hit), expected, rtol=1e-12)

@@ -147,3 +147,24 @@ def test_mooncake_targets(mooncake):
         above_lru += r.block_hit_ratio > ratios["lru"]
         assert r.extra["cost"]["ttft_p99_ms"] > 0
     assert above_lru >= 2
+
+
+def test_compiled_helpers_match_their_numpy_definitions():
+    rng = np.random.default_rng(5)
+    block = rng.integers(0, 50_000, 20_000).astype(np.int32)
+    for k in (1, 3):
+        expected = np.flatnonzero(sits.hash_buckets(block, 16) & ((1 << k) - 1) == 0)
+        assert np.array_equal(sits.sample_refs(block, k), expected)
+    assert sits.window_entropy(block, 100, 5_000) == pytest.approx(access_entropy(block[100:5_000]))
+    values = rng.random(10_000)
+    assert sits.strided_p99(values, 10, 9_000, 3) == pytest.approx(np.percentile(values[10:9_000:3], 99))
+
+
+def test_reference_count_windows_start_at_request_boundaries():
+    trace = trace_from_ids(np.arange(10))
+    assert window_bounds(trace, 0.0, 3).tolist() == [0, 3, 6, 9, 10]
+    from sitsprof.policies.readers import trace_from_requests
+    multi = trace_from_requests([[1, 2, 3], [4], [5, 6], [7, 8, 9, 10]], arrival_ms=[0, 0, 0, 0],
+                                input_tokens=[1536, 512, 1024, 2048])
+    assert window_bounds(multi, 0.0, 4).tolist() == [0, 4, 10]  # request 3 starts at 6 < 8
+    assert window_bounds(multi, 0.0, 100).tolist() == [0, 10]
