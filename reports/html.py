@@ -63,6 +63,7 @@ class Figure:
     layout: dict = field(default_factory=dict)
     caption: str = ""
     height: int = 380
+    wide: bool = False  # span the whole row instead of one grid column
 
     def spec(self) -> dict:
         layout = _merge(_BASE_LAYOUT, self.layout)
@@ -237,7 +238,8 @@ def render_html(report: Report) -> str:
         for fig in section.figures:
             fig_id = f"fig-{len(figures)}"
             figures.append({"id": fig_id, **fig.spec()})
-            figs.append({"id": fig_id, "title": fig.title, "caption": fig.caption, "height": fig.height})
+            figs.append({"id": fig_id, "title": fig.title, "caption": fig.caption, "height": fig.height,
+                         "wide": fig.wide})
         sections.append({"anchor": anchor, "section": section, "figures": figs})
     template = _environment().get_template("report.html.j2")
     from markupsafe import Markup

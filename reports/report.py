@@ -460,8 +460,9 @@ def policy_section(payload: Any, source: str = "") -> Section:
                    and not isinstance(v, bool)]
         # Large-valued series (milliseconds) on the left axis, small ones (entropy, scores) on the right.
         big = {k for k in numeric if max(abs(float(row.get(k) or 0)) for row in timeline) > 10}
-        data = [{"type": "scatter", "mode": "lines", "name": plot_text(k), "x": xs,
-                 "y": [row.get(k) for row in timeline], "yaxis": "y" if k in big else "y3"} for k in numeric]
+        data = [{"type": "scatter", "mode": "lines", "name": plot_text(k if k in big else f"{k} (right axis)", 60),
+                 "x": xs, "y": [row.get(k) for row in timeline], "yaxis": "y" if k in big else "y3"}
+                for k in numeric]
         state_key = next((k for k in ("policy", "state", "behaviour", "to", "action", "decision")
                           if k in timeline[0]), None)
         if state_key:
@@ -477,10 +478,10 @@ def policy_section(payload: Any, source: str = "") -> Section:
         layout["yaxis"]["domain"] = [0.25, 1.0]
         layout["yaxis2"] = {"domain": [0.0, 0.15], "showticklabels": False, "range": [-0.5, 1.5]}
         if len(big) < len(numeric):
-            layout["yaxis3"] = {"overlaying": "y", "side": "right", "showgrid": False,
-                                "title": {"text": ", ".join(k for k in numeric if k not in big)}}
-            layout["legend"] = {"x": 1.1}
-        figs.append(Figure("SITS decision timeline", data, layout, height=420,
+            layout["yaxis3"] = {"overlaying": "y", "side": "right", "showgrid": False}
+        layout["legend"] = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
+        layout["margin"] = {"t": 60}
+        figs.append(Figure("SITS decision timeline", data, layout, height=440, wide=True,
                            caption="Triangles mark each change of the controller's state."))
     intro = f"From {source}." if source else ""
     if not figs:
