@@ -36,10 +36,24 @@ def _quantiles(summary: dict) -> dict:
     return {key: float(summary[label]) for label, key in QKEYS.items() if label in summary}
 
 
+def nonnegative_histogram(edges, counts) -> tuple[list[float], list[int]]:
+    """The histogram with bins below 0 folded into the bin holding 0 (schema v1 edges are >= 0;
+    with the timer overhead subtracted, the fastest hits can be a few cycles below zero)."""
+    import numpy as np
+
+    edges = np.asarray(edges, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.int64)
+    if edges[0] < 0 < edges[-1]:
+        k = int(np.searchsorted(edges, 0.0, side="right")) - 1  # the bin that starts at or spans 0
+        counts = np.concatenate([[counts[: k + 1].sum()], counts[k + 1:]])
+        edges = np.concatenate([[0.0], edges[k + 1:]])
+    return [float(e) for e in edges], [int(c) for c in counts]
+
+
 def _latency_entry(dist: Distribution, note: str = "") -> dict:
+    edges, counts = nonnegative_histogram(dist.hist_edges, dist.hist_counts)
     entry = {"unit": "cycles", "quantiles": _quantiles(dist.summary),
-             "histogram": {"edges": [float(e) for e in dist.hist_edges], "counts": [int(c) for c in dist.hist_counts]},
-             "samples": int(dist.summary["count"])}
+             "histogram": {"edges": edges, "counts": counts}, "samples": int(dist.summary["count"])}
     if note:
         entry["note"] = note
     return entry

@@ -71,3 +71,18 @@ def test_cli_calibrate(runs, tmp_path, capsys):
     assert err.startswith("sitsprof: error:") and "missing" in err and len(err.strip().splitlines()) == 1
     assert main(["calibrate", str(runs["partial"]), "-o", str(tmp_path / "p.json"), "--allow-incomplete"]) == 0
     assert main(["calibrate", str(tmp_path / "nope"), "-o", str(tmp_path / "n.json")]) == 2
+
+
+def test_negative_fast_hits_fold_into_a_valid_histogram():
+    import numpy as np
+
+    from sitsprof.reports.analysis import Distribution
+    from sitsprof.reports.calibration import _histogram
+    from sitsprof.reports.fromrun import nonnegative_histogram
+
+    values = np.sort(np.random.default_rng(0).normal(30, 12, 10_000))  # some below zero
+    dist = Distribution.of(values, presorted=True)
+    assert dist.hist_edges[0] < 0
+    edges, counts = nonnegative_histogram(dist.hist_edges, dist.hist_counts)
+    assert edges[0] == 0.0 and sum(counts) == values.size and len(edges) == len(counts) + 1
+    _histogram({"edges": edges, "counts": counts}, "latency.l1.histogram")  # schema v1 accepts it
