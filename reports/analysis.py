@@ -394,7 +394,8 @@ def analyze_run(run_or_path) -> RunAnalysis:
     for part, table in sorted(PROBE_TABLES.items(), key=lambda kv: kv[0] != "latency_cg"):
         frame = _read(run, table)
         if frame is None or len(frame) == 0:
-            if part not in OPTIONAL_PARTS:
+            # A `sitsprof record` run profiles the user's command: it has no probes by design.
+            if part not in OPTIONAL_PARTS and meta.get("kind") != "record":
                 res.missing[part] = f"no probes/{table}.parquet in the run"
             continue
         try:

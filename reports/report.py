@@ -81,6 +81,12 @@ def summary_section(run: RunAnalysis, title: str) -> Section:
         ["tool version", run.meta.get("tool_version", "unknown")],
         ["started", run.meta.get("started_at")], ["ended", run.meta.get("ended_at")],
     ]
+    workload = run.meta.get("workload")
+    if isinstance(workload, dict):  # a `sitsprof record` run of the user's own command
+        command = workload.get("command")
+        facts.append(["recorded command", " ".join(map(str, command)) if isinstance(command, list) else command])
+        facts.append(["exit code", workload.get("exit_code")])
+        facts.append(["seconds", workload.get("seconds")])
     if run.clock:
         c = run.clock
         facts.append(["SM clock during run (MHz)", f"{c['min_mhz']:.0f} – {c['max_mhz']:.0f} "
@@ -291,8 +297,28 @@ def run_sections(run: RunAnalysis, prefix: str = "") -> list[Section]:
             sections.append(Section(f"{p}{title}", figures=figs, tables=tables))
     figs = timeline_figures(run)
     if figs:
-        sections.append(Section(f"{p}Sampler timelines", figures=figs))
+        sections.append(Section(f"{p}Sampler timelines", figures=figs, tables=sampler_stats(run)))
     return sections
+
+
+SAMPLER_STATS = ("requested_hz", "achieved_hz", "samples", "dropped", "errors", "overflow", "cpu_pct_of_core",
+                 "lateness_p99_us")
+
+
+def sampler_stats(run: RunAnalysis) -> list[Table]:
+    """How well each sampler kept its rate (meta.json `samplers`), and the ones that did not run."""
+    stats = run.meta.get("samplers") if isinstance(run.meta.get("samplers"), dict) else {}
+    rows = [[name, *[s.get(k) for k in SAMPLER_STATS]] for name, s in stats.items() if isinstance(s, dict)]
+    tables = []
+    if rows:
+        classes = ["outlier" if (r[4] or 0) > 0 or r[6] else "" for r in rows]
+        tables.append(Table(["sampler", *[k.replace("_", " ") for k in SAMPLER_STATS]], rows, row_classes=classes,
+                            title="Samplers", caption="Rows marked ▲ dropped ticks or overflowed."))
+    skipped = run.meta.get("samplers_skipped")
+    if isinstance(skipped, dict) and skipped:
+        tables.append(Table(["sampler", "why it did not run"], [[k, v] for k, v in skipped.items()],
+                            title="Samplers not run"))
+    return tables
 
 
 # -- fleet --------------------------------------------------------------------------------------

@@ -89,3 +89,29 @@ def test_incomplete_run_is_bannered(tmp_path):
     assert any("incomplete" in b for b in report.banners) and any("SYNTHETIC" in b for b in report.banners)
     missing = [t for t in report.sections[0].tables if t.title == "Not in this run"][0]
     assert {row[0] for row in missing.rows} == {"tlb", "bandwidth", "loaded"}
+
+
+def test_record_run_shows_timelines_and_sampler_health(tmp_path):
+    import pandas as pd
+
+    from sitsprof.collectors.rundir import RunDirectory
+
+    run = RunDirectory.create(tmp_path, "rec", meta={
+        "kind": "record", "workload": {"command": ["python", "train.py"], "exit_code": 0, "seconds": 3.0},
+        "samplers": {"nvml": {"requested_hz": 1000, "achieved_hz": 998.0, "samples": 2994, "dropped": 6,
+                              "errors": 0}},
+        "samplers_skipped": {"gpm": "GPM needs a Hopper GPU"}})
+    t = np.arange(3000, dtype=np.int64) * 1_000_000
+    run.write_table("nvml", pd.DataFrame({"t_ns": t, "tick": np.arange(3000), "read_ns": 5,
+                                          "sm_clock_mhz": 1980.0, "power_w": np.linspace(100, 300, 3000)}),
+                    kind="sampler")
+    run.finish()
+    res = analyze_run(run.path)
+    assert res.missing == {} and res.clock["max_drift_pct"] == 0.0
+    report = build_report([res])
+    titles = [s.title for s in report.sections]
+    assert titles == ["Summary", "Sampler timelines"]
+    facts = dict((r[0], r[1]) for r in report.sections[0].tables[0].rows)
+    assert facts["recorded command"] == "python train.py"
+    stats = report.sections[1].tables
+    assert stats[0].row_classes == ["outlier"] and stats[1].rows == [["gpm", "GPM needs a Hopper GPU"]]
