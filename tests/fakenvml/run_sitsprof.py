@@ -5,6 +5,7 @@ with $SITSPROF_FAKE_NVML naming the fake's JSON state file.
 """
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -13,6 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fake_nvml  # noqa: E402
 
 fake_nvml.install()
+# as from an interactive shell: a test suite started in the background inherits SIGINT ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from sitsprof.cli.main import main  # noqa: E402
 
