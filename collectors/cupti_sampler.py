@@ -32,7 +32,7 @@ class CuptiPmSampler:
         self.error: str | None = None
         self.samples = 0
         self.dropped = 0
-        self._first_ns = self._last_ns = None
+        self._first_ns = self._last_ns = self._last_start = None
         self.cpu_s = 0.0
 
     def start(self) -> "CuptiPmSampler":
@@ -82,10 +82,13 @@ class CuptiPmSampler:
             for name in names:
                 columns.setdefault(name, [])
             for sample in data:
-                if self._last_ns is not None and sample.start_timestamp - self._last_ns > 1.5 * self.interval_ns:
-                    self.dropped += int(round((sample.start_timestamp - self._last_ns) / self.interval_ns)) - 1
+                if self._last_start is not None:
+                    gap = sample.start_timestamp - self._last_start
+                    if gap > 1.5 * self.interval_ns:  # windows missing from the timeline
+                        self.dropped += int(round(gap / self.interval_ns)) - 1
                 if self._first_ns is None:
                     self._first_ns = sample.start_timestamp
+                self._last_start = sample.start_timestamp
                 self._last_ns = sample.end_timestamp
                 columns["gpu_start_ns"].append(int(sample.start_timestamp))
                 columns["gpu_end_ns"].append(int(sample.end_timestamp))
