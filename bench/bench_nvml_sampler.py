@@ -31,6 +31,26 @@ def run(intervals_ms, seconds: float, groups) -> list[dict]:
     return results
 
 
+def group_costs(groups, calls: int = 200) -> dict[str, float]:
+    """Median microseconds of one read of each NVML counter group (which call is expensive)."""
+    from sitsprof.collectors.nvml_sampler import _group_readers
+    from sitsprof.pmu.nvml import handle, nvml
+
+    pynvml = nvml()
+    out = {}
+    for group, reader in zip(groups, _group_readers(pynvml, handle(0), groups)):
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter_ns()
+            try:
+                reader()
+            except pynvml.NVMLError:
+                break
+            times.append(time.perf_counter_ns() - t0)
+        out[group] = sorted(times)[len(times) // 2] / 1e3 if times else None
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fake", action="store_true", help="use tests/fake_nvml.py instead of the driver")
@@ -47,11 +67,14 @@ def main(argv=None) -> int:
     from sitsprof.pmu.device import device_facts
 
     facts = device_facts(0, cuda=False)
+    costs = group_costs(args.groups.split(","))
     results = run([float(x) for x in args.intervals.split(",")], args.seconds, args.groups.split(","))
     if args.json:
-        print(json.dumps({"device": facts["name"], "fake": args.fake, "results": results}, indent=2))
+        print(json.dumps({"device": facts["name"], "fake": args.fake, "group_read_us": costs, "results": results}, indent=2))
         return 0
-    print(f"NVML sampler on {facts['name']}{' (fake NVML)' if args.fake else ''}, groups: {args.groups}")
+    print(f"NVML sampler on {facts['name']}{' (fake NVML)' if args.fake else ''}")
+    print("median read per group: " + ", ".join(
+        f"{g} {'n/a' if us is None else f'{us:.1f}us'}" for g, us in costs.items()))
     print(f"{'interval':>9} {'achieved':>10} {'dropped':>8} {'read p50':>9} {'late p50':>9} {'late p99':>9} "
           f"{'jitter sd':>9} {'CPU %core':>9} {'CPU%/100Hz':>10}")
     for r in results:

@@ -17,11 +17,15 @@ import click
 @click.option("--sm", default="max", show_default=True, help="SM clock with --clocks lock: max, base, tdp or MHz.")
 @click.option("--memory", default=None, help="Memory clock with --clocks lock: max, base or MHz.")
 @click.option("--interval", default="10ms", show_default=True, help="NVML sampling interval (>= 1ms).")
+@click.option("--nvml-groups", default=None,
+              help="NVML counter groups, comma separated (default: clocks,power,temperature,utilization,"
+                   "event_reasons,memory; also: fields). Fewer groups, faster reads.")
 @click.option("--gpm/--no-gpm", default=True, show_default=True, help="GPM sampler (Hopper+, every 100 ms; skipped if unsupported).")
 @click.option("--cupti/--no-cupti", default=False, show_default=True, help="CUPTI PM sampler (L2, DRAM; needs cupti-python>=13.3).")
 @click.option("--cupti-interval", default="10us", show_default=True, help="CUPTI PM sampling interval.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(duration, parent, name, device, clock_mode, sm, memory, interval, gpm, cupti, cupti_interval, command):
+def record(duration, parent, name, device, clock_mode, sm, memory, interval, nvml_groups, gpm, cupti, cupti_interval,
+           command):
     """Run COMMAND under the samplers and write a run directory (sitsprof record --duration 10s -- python train.py)."""
     from sitsprof.collectors.record import parse_duration, record as do_record
 
@@ -31,7 +35,8 @@ def record(duration, parent, name, device, clock_mode, sm, memory, interval, gpm
     run, result = do_record(
         command, parse_duration(duration) if duration else None, parent=parent, name=name,
         device_index=device, clocks=clock_mode, sm=sm, memory=memory,
-        nvml_interval_s=parse_duration(interval), gpm=gpm, cupti=cupti,
+        nvml_interval_s=parse_duration(interval), nvml_groups=nvml_groups.split(",") if nvml_groups else None,
+        gpm=gpm, cupti=cupti,
         cupti_interval_ns=int(round(parse_duration(cupti_interval) * 1e9)),
         require=("cupti_pm",) if cupti else (),
         on_start=lambda r: click.echo(f"sitsprof: recording into {r.path}", err=True),

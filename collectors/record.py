@@ -180,7 +180,7 @@ def _meta_on_exit(run: RunDirectory, key: str):
 
 def record(command=None, duration_s: float | None = None, parent="runs", name: str | None = None,
            device_index: int = 0, clocks: str = "none", sm="max", memory=None,
-           nvml_interval_s: float = 0.01, gpm: bool = True, cupti: bool = False,
+           nvml_interval_s: float = 0.01, nvml_groups=None, gpm: bool = True, cupti: bool = False,
            cupti_interval_ns: int = 10_000, flush_every_s: float = 1.0, require=(),
            on_start=None) -> tuple[RunDirectory, dict]:
     """`sitsprof record`: returns (run, workload result). GPM and CUPTI are skipped with the
@@ -203,7 +203,7 @@ def record(command=None, duration_s: float | None = None, parent="runs", name: s
             run.clock_session = session
             run.update_meta(clocks=session.to_dict(), clock_sync=clock_sync(device_index if cupti else None))
             samplers = build_samplers(device_index, nvml_interval_s, gpm, cupti=cupti,
-                                      cupti_interval_ns=cupti_interval_ns)
+                                      cupti_interval_ns=cupti_interval_ns, nvml_groups=nvml_groups)
             recorder = Recorder(run, samplers, flush_every_s)
             optional = tuple(n for n in ("gpm", "cupti_pm") if n not in require)
             recorder.start(optional=optional)
