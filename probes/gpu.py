@@ -116,6 +116,25 @@ class Probes:
                                                 np.uint32(gap_ns), lat, self._sink))
         return lat.get()
 
+    def sm_ids(self) -> np.ndarray:
+        """The distinct %smid values blocks run on (they need not be 0..sm_count-1), sorted."""
+        if getattr(self, "_sm_ids", None) is None:
+            cp = self.cp
+            grid = 4 * max(self.limits.sm_count, 1)
+            smids = cp.zeros(grid, dtype=cp.uint32)
+            work = cp.zeros(1, dtype=cp.uint64)
+            dst = cp.zeros(16, dtype=cp.uint8)
+            # n_vec = 0: every block records its SM, claims nothing and leaves
+            self.kernel("bandwidth", "bw_write")((grid,), (512,), (dst, np.uint64(0), np.uint32(0), np.uint32(0),
+                                                                   np.uint32(0xFFFFFFFF), smids, work))
+            self._sm_ids = np.unique(smids.get())
+        return self._sm_ids
+
+    def sm_threshold(self, active_sms: int) -> int:
+        """The %smid bound that keeps exactly the `active_sms` lowest-numbered SMs working."""
+        ids = self.sm_ids()
+        return 0xFFFFFFFF if active_sms >= ids.size else int(ids[active_sms - 1]) + 1
+
     def _need_calibration(self) -> None:
         if self.mhz is None or self.overhead is None:
             self.calibrate()
@@ -169,37 +188,44 @@ class Probes:
         rows = []
 
         def timed(launch) -> float:
-            launch()  # warm-up launch, untimed
+            launch(0)  # warm-up launch, untimed
             e0.record(stream)
-            launch()
+            launch(1)
             e1.record(stream)
             e1.synchronize()
             return cp.cuda.get_elapsed_time(e0, e1) / 1e3
 
+        work = cp.zeros(2, dtype=cp.uint64)  # claim counters: warm-up launch, timed launch
         for cfg in plan.configs:
-            nvec = cfg.vectors(plan.buffer_bytes)
-            smids = cp.zeros(cfg.blocks, dtype=cp.uint32)
-            cp.cuda.runtime.deviceSynchronize()  # `stream` does not wait for the legacy stream's memsets
-            common = (np.uint64(nvec), np.uint32(plan.passes), np.uint32(cfg.throttle_ns), smids)
-            args = {"read": (src,) + common + (self._sink,), "write": (dst,) + common, "copy": (src, dst) + common}
+            nvec = cfg.claim_vectors(plan.buffer_bytes)
+            grid = cfg.grid(self.limits.sm_count)
+            smids = cp.zeros(grid, dtype=cp.uint32)
+            below = np.uint32(self.sm_threshold(cfg.active_sms))
+            common = (np.uint64(nvec), np.uint32(plan.passes), np.uint32(cfg.throttle_ns), below, smids)
+            args = {"read": (src,) + common, "write": (dst,) + common, "copy": (src, dst) + common}
             for kernel in plan.kernels:
                 fn = self.kernel("bandwidth", f"bw_{kernel}")
 
-                def launch(fn=fn, a=args[kernel]):
+                def launch(which: int, fn=fn, a=args[kernel], kernel=kernel):
+                    counter = work[which:which + 1]
                     with stream:
-                        fn((cfg.blocks,), (cfg.threads,), a)
+                        fn((grid,), (cfg.threads,), a + (counter,) + ((self._sink,) if kernel == "read" else ()))
 
                 for rep in range(plan.reps):
+                    work.fill(0)
+                    cp.cuda.runtime.deviceSynchronize()  # `stream` does not wait for the legacy stream
                     seconds = timed(launch)
+                    used = smids.get()
                     nbytes = analysis.bytes_moved(kernel, nvec, plan.passes)
                     rows.append({"kernel": kernel, "active_sms": cfg.active_sms, "blocks_per_sm": cfg.blocks_per_sm,
-                                 "blocks": cfg.blocks, "threads": cfg.threads, "throttle_ns": cfg.throttle_ns,
-                                 "sms_used": int(np.unique(smids.get()).size), "rep": rep, "bytes": nbytes,
-                                 "seconds": seconds, "achieved_gbs": nbytes / seconds / 1e9})
+                                 "blocks": int(np.sum(used != 0xFFFFFFFF)), "threads": cfg.threads,
+                                 "throttle_ns": cfg.throttle_ns,
+                                 "sms_used": int(np.unique(used[used != 0xFFFFFFFF]).size), "rep": rep,
+                                 "bytes": nbytes, "seconds": seconds, "achieved_gbs": nbytes / seconds / 1e9})
                 progress(1)
         nbytes_one = plan.buffer_bytes
 
-        def memcpy():
+        def memcpy(which: int):
             for _ in range(plan.passes):
                 cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes_one,
                                             cp.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
@@ -225,8 +251,9 @@ class Probes:
         return cp.asarray(ctl), cp.asarray(stats)
 
     def _saturate(self, cfg: StreamConfig, src, nvec: int, sleep_ns: int, ctl, stats, max_ns: int):
-        self.kernel("loaded", "saturator_read")((cfg.blocks,), (cfg.threads,),
-                                                (src, np.uint64(nvec), np.uint32(sleep_ns), ctl, stats,
+        self.kernel("loaded", "saturator_read")((cfg.grid(self.limits.sm_count),), (cfg.threads,),
+                                                (src, np.uint64(nvec), np.uint32(sleep_ns),
+                                                 np.uint32(self.sm_threshold(cfg.active_sms)), ctl, stats,
                                                  np.uint64(max_ns), self._sink))
 
     def loaded(self, plan: LoadedPlan, progress: Progress = _noop) -> dict:
@@ -239,7 +266,7 @@ class Probes:
         self._need_calibration()
         cfg = plan.saturator
         sat = cp.zeros(plan.saturator_bytes, dtype=cp.uint8)
-        nvec = cfg.vectors(plan.saturator_bytes)
+        nvec = cfg.vectors(plan.saturator_bytes, self.limits.sm_count)
         # 1. the saturator alone at each throttle: bandwidth against sleep per iteration
         cal = []
         for sleep in plan.calibration_sleeps_ns:
@@ -247,7 +274,7 @@ class Probes:
             self._saturate(cfg, sat, nvec, sleep, ctl, stats, plan.calibration_ns)
             cp.cuda.runtime.deviceSynchronize()
             cal.append({"throttle_ns": int(sleep), "achieved_gbs": analysis.saturator_gbs(stats.get()),
-                        "blocks": cfg.blocks, "threads": cfg.threads})
+                        "blocks": cfg.grid(self.limits.sm_count), "threads": cfg.threads})
         progress(1)
         cal_frame = pd.DataFrame(cal)
         peak = float(cal_frame["achieved_gbs"].max())

@@ -20,6 +20,7 @@ LINE_BYTES = 128
 VEC_BYTES = 16            # one uint4 per thread per access (kernels/common.cuh)
 STREAM_UNROLL = 4         # STREAM_UNROLL in kernels/common.cuh
 CHASE_CHUNK = 1024        # CHASE_CHUNK in kernels/common.cuh
+CLAIM_STEPS = 16          # CLAIM_STEPS in kernels/bandwidth.cu
 MAX_THREADS_PER_SM = 2048
 #: TLB sweep skew: 17 lines, odd, so link k's line inside its page is 17 k mod (stride/128).
 TLB_SKEW = 17 * LINE_BYTES
@@ -222,15 +223,22 @@ class StreamConfig:
 
     @property
     def blocks(self) -> int:
+        """Working blocks (on the active SMs)."""
         return self.active_sms * self.blocks_per_sm
 
-    @property
-    def threads_total(self) -> int:
-        return self.blocks * self.threads
+    def grid(self, sm_count: int) -> int:
+        """Blocks launched: blocks_per_sm on every SM of the device; the bandwidth kernels'
+        blocks on SMs beyond the active ones leave at once (kernels/bandwidth.cu)."""
+        return max(sm_count, 1) * self.blocks_per_sm
 
-    def vectors(self, buffer_bytes: int) -> int:
-        """Vectors covered per pass: a multiple of threads x unroll (what the kernels assume)."""
-        unit = self.threads_total * STREAM_UNROLL
+    def vectors(self, buffer_bytes: int, sm_count: int) -> int:
+        """Grid-stride kernels (the saturator): a multiple of the launched threads x unroll."""
+        unit = self.grid(sm_count) * self.threads * STREAM_UNROLL
+        return (buffer_bytes // VEC_BYTES) // unit * unit
+
+    def claim_vectors(self, buffer_bytes: int) -> int:
+        """Claiming kernels (bandwidth.cu): a multiple of one block's chunk per pass."""
+        unit = self.threads * STREAM_UNROLL * CLAIM_STEPS
         return (buffer_bytes // VEC_BYTES) // unit * unit
 
     def validate(self, device: DeviceLimits, what: str) -> None:
@@ -267,9 +275,10 @@ class BandwidthPlan:
             raise PlanError("the bandwidth probe needs at least one intensity setting")
         for c in self.configs:
             c.validate(device, "the bandwidth probe")
-            if c.vectors(self.buffer_bytes) == 0:
-                raise PlanError(f"the bandwidth buffer {format_size(self.buffer_bytes)} is smaller than one pass "
-                                f"of {c.threads_total} threads x {STREAM_UNROLL} x {VEC_BYTES} B")
+            if c.claim_vectors(self.buffer_bytes) < c.threads * STREAM_UNROLL * CLAIM_STEPS * c.blocks:
+                raise PlanError(f"the bandwidth buffer {format_size(self.buffer_bytes)} is smaller than one chunk "
+                                f"of {c.threads} threads x {STREAM_UNROLL * CLAIM_STEPS} x {VEC_BYTES} B per "
+                                f"working block ({c.blocks})")
         check_memory(device, self.need_bytes, f"the bandwidth probe ({format_size(self.buffer_bytes)} x 2)",
                      "lower --buffer")
 
@@ -331,7 +340,7 @@ class LoadedPlan:
             if self.hbm_footprint < 2 * device.l2_bytes:
                 raise PlanError(f"the HBM chase footprint {format_size(self.hbm_footprint)} must be at least twice "
                                 f"the L2 ({format_size(device.l2_bytes)})")
-        if self.saturator.vectors(self.saturator_bytes) == 0:
+        if self.saturator.vectors(self.saturator_bytes, device.sm_count) == 0:
             raise PlanError(f"the saturator buffer {format_size(self.saturator_bytes)} is smaller than one pass")
         check_memory(device, self.need_bytes, "the loaded-latency probe", "lower the HBM footprint or the "
                      "saturator buffer")

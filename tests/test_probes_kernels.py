@@ -134,6 +134,12 @@ def test_second_timer_waits_for_the_load(sass):
         assert addr in dests, fn
 
 
+def test_streaming_kernels_fit_2048_threads_per_sm(cubins):
+    usage = {**cubins["bandwidth"].resource_usage(), **cubins["loaded"].resource_usage()}
+    for fn in ("bw_read", "bw_write", "bw_copy", "saturator_read", "saturator_copy"):
+        assert usage[fn]["registers"] <= 32, (fn, usage[fn])  # 65536 registers / 2048 threads
+
+
 def test_streaming_kernels_use_16_byte_accesses(sass):
     assert any(i.startswith("LDG.E.128") for i in sass["bw_read"])
     assert any(i.startswith("STG.E.128") for i in sass["bw_write"])
@@ -147,3 +153,5 @@ def test_loaded_kernels_read_their_sm_and_the_global_timer(sass):
     for fn in ("loaded_chase", "saturator_read", "saturator_copy"):
         assert any("SR_VIRTUALSMID" in i for i in sass[fn]), fn
         assert any("SR_GLOBALTIMER" in i for i in sass[fn]), fn
+    for fn in ("bw_read", "bw_write", "bw_copy"):  # the active-SM filter and the chunk claims
+        assert any("SR_VIRTUALSMID" in i for i in sass[fn]) and any(i.startswith("ATOMG") for i in sass[fn]), fn

@@ -22,7 +22,7 @@ from sitsprof.probes import kernels as K
 
 KiB, MiB = 1024, 1024**2
 SMS, L2 = 4, 1 * MiB
-_PARAM = re.compile(r'extern "C" __global__ void (\w+)\(([^)]*)\)', re.S)
+_PARAM = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\)\s*)?(\w+)\(([^)]*)\)', re.S)
 
 
 def signatures() -> dict[str, list[str]]:
@@ -69,7 +69,17 @@ class FakeArray:
         return self.a.copy()
 
     def __getitem__(self, idx):
+        if isinstance(idx, slice):  # a view: same memory, pointer moved to its first element
+            view = object.__new__(FakeArray)
+            view.a = self.a[idx]
+            view.ptr = self.ptr + (idx.start or 0) * self.a.itemsize
+            view.data = types.SimpleNamespace(ptr=view.ptr)
+            view.dtype = self.a.dtype
+            return view
         return types.SimpleNamespace(get=lambda: self.a[idx])
+
+    def fill(self, value):
+        self.a[:] = value
 
     def astype(self, dtype):
         return FakeArray(MEM, self.a.astype(dtype))
@@ -136,22 +146,24 @@ class Emulator:
     def sm_clock_rate(self, grid, block, spin, out):
         out.u64()[:] = [int(spin), int(spin) * 198 // 100]
 
-    # bandwidth.cu
-    def _stream(self, grid, block, nvec, smids, *bufs):
-        assert grid[0] == smids.a.size
+    # bandwidth.cu: blocks on SMs >= `below` leave; the others claim chunks from `work`
+    def _stream(self, grid, block, nvec, reps, below, smids, work, *bufs):
+        assert grid[0] == smids.a.size and work.a.size == 1 and work.a[0] == 0, "claim counter not zeroed"
         for b in bufs:
             assert int(nvec) * 16 <= b.a.nbytes, "stream beyond its buffer"
-            assert int(nvec) % (grid[0] * block[0] * 4) == 0, "not whole passes"
-        smids.a[:] = np.arange(grid[0]) % SMS
+        assert int(nvec) % (block[0] * 4 * 16) == 0, "not whole chunks"
+        sm = np.arange(grid[0]) % SMS
+        smids.a[:] = np.where(sm < int(below), sm, 0xFFFFFFFF)
+        work.a[0] = int(nvec) // (block[0] * 64) * int(reps) + int((sm < int(below)).sum())
 
-    def bw_read(self, grid, block, src, nvec, reps, sleep, smids, sink):
-        self._stream(grid, block, nvec, smids, src)
+    def bw_read(self, grid, block, src, nvec, reps, sleep, below, smids, work, sink):
+        self._stream(grid, block, nvec, reps, below, smids, work, src)
 
-    def bw_write(self, grid, block, dst, nvec, reps, sleep, smids):
-        self._stream(grid, block, nvec, smids, dst)
+    def bw_write(self, grid, block, dst, nvec, reps, sleep, below, smids, work):
+        self._stream(grid, block, nvec, reps, below, smids, work, dst)
 
-    def bw_copy(self, grid, block, src, dst, nvec, reps, sleep, smids):
-        self._stream(grid, block, nvec, smids, src, dst)
+    def bw_copy(self, grid, block, src, dst, nvec, reps, sleep, below, smids, work):
+        self._stream(grid, block, nvec, reps, below, smids, work, src, dst)
 
     # loaded.cu: ctl = [probe_sm, ready, stop, started, left]; stats = [bytes, t0, t1, probe t0, probe t1]
     def loaded_chase(self, grid, block, start, warm, n, gap, lat, sink, ctl, stats, wait, settle, timeout):
@@ -160,8 +172,9 @@ class Emulator:
         self._chase(start, warm, n, lat, sink, cached=False)
         ctl.a[2] = 1
 
-    def saturator_read(self, grid, block, src, nvec, sleep, ctl, stats, max_ns, sink):
-        assert int(nvec) * 16 <= src.a.nbytes
+    def saturator_read(self, grid, block, src, nvec, sleep, below, ctl, stats, max_ns, sink):
+        assert int(nvec) * 16 <= src.a.nbytes and int(nvec) % (grid[0] * block[0] * 4) == 0
+        assert int(below) == 0xFFFFFFFF  # all SMs (the probe's is left by placement)
         per_sm = grid[0] // SMS
         if ctl.a[1] == 1 and ctl.a[0] != 0xFFFFFFFF:
             ctl.a[4] += per_sm
@@ -230,7 +243,7 @@ def make_fake_cupy(emulator: Emulator):
     return cp
 
 
-_PARAM_NAMES = re.compile(r'extern "C" __global__ void (\w+)\(')
+_PARAM_NAMES = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\)\s*)?(\w+)\(')
 
 
 @pytest.fixture
@@ -271,6 +284,8 @@ def test_probes_launch_with_the_declared_arguments(emulated):
                                             StreamConfig(active_sms=2, blocks_per_sm=1, threads=256)], reps=2))
     assert set(bw["kernel"]) == {"read", "write", "copy", "memcpy"}
     assert bw.loc[bw["kernel"] == "read", "sms_used"].tolist() == [SMS, SMS, 2, 2]
+    assert bw.loc[bw["kernel"] == "read", "blocks"].tolist() == [SMS, SMS, 2, 2]  # blocks that worked
+    assert p.sm_threshold(2) == 2 and p.sm_threshold(SMS) == 0xFFFFFFFF
     assert "memcpy" in emulated.calls
 
     out = p.loaded(LoadedPlan(hbm_footprint=2 * MiB, retouch_bytes=64 * KiB, saturator_bytes=4 * MiB,

@@ -88,10 +88,13 @@ def test_non_hopper_gpu_for_hopper_only_counters():
 
 
 def test_stream_vectors_are_whole_passes():
-    cfg = StreamConfig(active_sms=132, blocks_per_sm=4, threads=512)
-    n = cfg.vectors(1 * GiB)
-    assert n % (cfg.threads_total * 4) == 0 and n * 16 <= 1 * GiB
-    assert 1 * GiB - n * 16 < cfg.threads_total * 4 * 16
+    cfg = StreamConfig(active_sms=16, blocks_per_sm=4, threads=512)
+    assert cfg.grid(132) == 528 and cfg.blocks == 64  # launched everywhere, 64 blocks work
+    n = cfg.vectors(1 * GiB, 132)  # grid-stride (saturator): whole passes of the launched grid
+    unit = 528 * 512 * 4
+    assert n % unit == 0 and n * 16 <= 1 * GiB and 1 * GiB - n * 16 < unit * 16
+    m = cfg.claim_vectors(1 * GiB)  # claimed chunks (bandwidth.cu): whole chunks of one block
+    assert m % (512 * 4 * 16) == 0 and m * 16 == 1 * GiB
 
 
 def test_chase_sweep_links_and_warm_up():

@@ -88,20 +88,21 @@ __device__ u64 chase_timed(u64 p, u32 n, u32 gap_ns, u32* __restrict__ lat_out) 
 // Streaming: 16-byte vectors, UNROLL independent loads in flight per thread.
 #define STREAM_UNROLL 4
 
-// MODE 0: read (XOR into acc), 1: write, 2: copy. Touches base + k*stride, k < STREAM_UNROLL.
+// MODE 0: read (XOR into acc), 1: write, 2: copy. Touches s[k * stride] / d[k * stride] for
+// k < STREAM_UNROLL (s, d: this thread's first vector; 32-bit offsets keep registers low).
 template <int MODE>
-__device__ __forceinline__ void stream_step(const uint4* __restrict__ src, uint4* __restrict__ dst,
-                                            u64 base, u64 stride, uint4& acc) {
+__device__ __forceinline__ void stream_step(const uint4* __restrict__ s, uint4* __restrict__ d,
+                                            u32 stride, uint4& acc) {
     uint4 v[STREAM_UNROLL];
 #pragma unroll
     for (int k = 0; k < STREAM_UNROLL; ++k)
-        v[k] = MODE == 1 ? make_uint4((u32)base, (u32)k, 0u, 0u) : src[base + k * stride];
+        v[k] = MODE == 1 ? make_uint4(stride, (u32)k, 0u, 0u) : s[k * stride];
 #pragma unroll
     for (int k = 0; k < STREAM_UNROLL; ++k) {
         if (MODE == 0) {
             acc.x ^= v[k].x; acc.y ^= v[k].y; acc.z ^= v[k].z; acc.w ^= v[k].w;
         } else {
-            dst[base + k * stride] = v[k];
+            d[k * stride] = v[k];
         }
     }
 }

@@ -4,7 +4,8 @@
 // stream; its single thread publishes its %smid in ctl[CTL_PROBE_SM] and sets ctl[CTL_READY].
 // The saturator, launched next on another stream with blocks_per_sm x sm_count blocks, has
 // each block wait for CTL_READY (bounded by a timeout), and a block that finds itself on the
-// probe's SM exits at once (counted in ctl[CTL_LEFT]), so that SM runs the probe alone. The
+// probe's SM exits at once (counted in ctl[CTL_LEFT]), so that SM runs the probe alone; blocks
+// on SMs at or above below_sm (the active-SM knob, 0xFFFFFFFF for all) leave too. The
 // probe waits for the first saturator block (ctl[CTL_STARTED] > 0) plus settle_ns, measures,
 // then sets ctl[CTL_STOP]; saturator blocks poll it every SAT_POLL iterations and also stop
 // after max_ns. Every wait is bounded, so a missing partner never hangs the GPU. The planner
@@ -50,16 +51,18 @@ extern "C" __global__ void loaded_chase(u64 start, u32 warm, u32 n, u32 gap_ns, 
 
 template <int MODE>
 __device__ void saturate(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec,
-                         u32 sleep_ns, volatile u32* ctl, u64* stats, u64 max_ns, u64* sink) {
+                         u32 sleep_ns, u32 below_sm, volatile u32* ctl, u64* stats, u64 max_ns,
+                         u64* sink) {
     __shared__ u32 s_flag;
     __shared__ u64 s_begin;
     if (threadIdx.x == 0) {
         u64 t0 = global_ns();
         while (ctl[CTL_READY] == 0u && global_ns() - t0 < READY_TIMEOUT_NS) {
         }
-        u32 leave = sm_id() == ctl[CTL_PROBE_SM];
-        atomicAdd((u32*)&ctl[leave ? CTL_LEFT : CTL_STARTED], 1u);
-        s_flag = leave;
+        u32 sm = sm_id();
+        u32 leave = sm == ctl[CTL_PROBE_SM];
+        if (leave || sm < below_sm) atomicAdd((u32*)&ctl[leave ? CTL_LEFT : CTL_STARTED], 1u);
+        s_flag = leave || sm >= below_sm;
         s_begin = global_ns();
     }
     __syncthreads();
@@ -77,7 +80,7 @@ __device__ void saturate(const uint4* __restrict__ src, uint4* __restrict__ dst,
             __syncthreads();
             if (stop) break;
         }
-        stream_step<MODE>(src, dst, base, stride, acc);
+        stream_step<MODE>(src + base, dst + base, (u32)stride, acc);
         base += STREAM_UNROLL * stride;
         if (base >= n_vec) base -= n_vec;
         if (sleep_ns) __nanosleep(sleep_ns);
@@ -92,12 +95,13 @@ __device__ void saturate(const uint4* __restrict__ src, uint4* __restrict__ dst,
 }
 
 extern "C" __global__ void saturator_read(const uint4* __restrict__ src, u64 n_vec, u32 sleep_ns,
-                                          volatile u32* ctl, u64* stats, u64 max_ns, u64* sink) {
-    saturate<0>(src, (uint4*)0, n_vec, sleep_ns, ctl, stats, max_ns, sink);
+                                          u32 below_sm, volatile u32* ctl, u64* stats, u64 max_ns,
+                                          u64* sink) {
+    saturate<0>(src, (uint4*)0, n_vec, sleep_ns, below_sm, ctl, stats, max_ns, sink);
 }
 
 extern "C" __global__ void saturator_copy(const uint4* __restrict__ src, uint4* __restrict__ dst,
-                                          u64 n_vec, u32 sleep_ns, volatile u32* ctl, u64* stats,
-                                          u64 max_ns) {
-    saturate<2>(src, dst, n_vec, sleep_ns, ctl, stats, max_ns, (u64*)0);
+                                          u64 n_vec, u32 sleep_ns, u32 below_sm, volatile u32* ctl,
+                                          u64* stats, u64 max_ns) {
+    saturate<2>(src, dst, n_vec, sleep_ns, below_sm, ctl, stats, max_ns, (u64*)0);
 }
