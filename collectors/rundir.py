@@ -215,10 +215,12 @@ class RunDirectory:
                 shutil.rmtree(parts, ignore_errors=True)
 
     def finish(self, status: str = "complete", **fields) -> None:
-        """Merge flushed parts, set `complete` (true only for status "complete") and `ended_at`."""
+        """Merge flushed parts, set `status`, `complete` (true only for "complete") and `ended_at`."""
         with self._lock:
-            if status == "complete":
-                self._merge_parts()
+            try:
+                self._merge_parts()  # parts stay readable as they are if this fails
+            except Exception as exc:  # noqa: BLE001 - never hide the run's own outcome
+                fields.setdefault("merge_error", f"{type(exc).__name__}: {exc}")
             self.meta.update(fields)
             self.meta["status"] = status
             self.meta["complete"] = status == "complete"

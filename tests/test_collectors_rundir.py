@@ -49,11 +49,15 @@ def test_exception_marks_failed_and_keeps_data(tmp_path):
     assert back.read_table("t")["x"].tolist() == [1]
 
 
-def test_keyboard_interrupt_marks_interrupted(tmp_path):
+def test_keyboard_interrupt_marks_interrupted_and_merges_parts(tmp_path):
     with pytest.raises(KeyboardInterrupt):
-        with RunDirectory.create(tmp_path, "r"):
+        with RunDirectory.create(tmp_path, "r") as run:
+            run.append_table("nvml", {"t": [1, 2]})
             raise KeyboardInterrupt
-    assert open_run(tmp_path / "r").meta["status"] == "interrupted"
+    back = open_run(tmp_path / "r")
+    assert back.meta["status"] == "interrupted" and not back.complete
+    assert (tmp_path / "r" / "samplers" / "nvml.parquet").exists()
+    assert back.read_table("nvml", "sampler")["t"].tolist() == [1, 2]
 
 
 def test_parts_readable_before_finish_and_merged_after(tmp_path):
