@@ -27,7 +27,7 @@ def test_reference_calibration_is_labelled(workload, tmp_path, monkeypatch):
     assert "GPU figures NOT MEASURED" in html and "hopper-published" in html
     payload = json.loads((tmp_path / "policy-results.json").read_text())
     assert payload["calibration"] == "hopper-published"
-    priced = [r for r in payload["results"] if r["policy"] != "sits"]
+    priced = payload["results"]
     assert len(priced) == 4 and all(r["extra"]["p99_ms"] > 0 for r in priced)
     assert payload["decisions"] and {"time", "behaviour"} <= set(payload["decisions"][0])
     assert json.loads((tmp_path / "calibration.json").read_text())["name"] == "hopper-published"
