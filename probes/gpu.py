@@ -250,11 +250,10 @@ class Probes:
         stats = np.array([0, U64_MAX, 0, 0, 0], dtype=np.uint64)
         return cp.asarray(ctl), cp.asarray(stats)
 
-    def _saturate(self, cfg: StreamConfig, src, nvec: int, sleep_ns: int, ctl, stats, max_ns: int):
+    def _saturate(self, cfg: StreamConfig, src, nvec: int, sleep_ns: int, below: int, ctl, stats, max_ns: int):
         self.kernel("loaded", "saturator_read")((cfg.grid(self.limits.sm_count),), (cfg.threads,),
-                                                (src, np.uint64(nvec), np.uint32(sleep_ns),
-                                                 np.uint32(self.sm_threshold(cfg.active_sms)), ctl, stats,
-                                                 np.uint64(max_ns), self._sink))
+                                                (src, np.uint64(nvec), np.uint32(sleep_ns), np.uint32(below), ctl,
+                                                 stats, np.uint64(max_ns), self._sink))
 
     def loaded(self, plan: LoadedPlan, progress: Progress = _noop) -> dict:
         """Loaded latency -> {'loaded': per-sample rows, 'loaded_calibration': saturator alone}."""
@@ -267,11 +266,12 @@ class Probes:
         cfg = plan.saturator
         sat = cp.zeros(plan.saturator_bytes, dtype=cp.uint8)
         nvec = cfg.vectors(plan.saturator_bytes, self.limits.sm_count)
+        below = self.sm_threshold(cfg.active_sms)  # learnt here, not inside the streams below
         # 1. the saturator alone at each throttle: bandwidth against sleep per iteration
         cal = []
         for sleep in plan.calibration_sleeps_ns:
             ctl, stats = self._control(probe_present=False)
-            self._saturate(cfg, sat, nvec, sleep, ctl, stats, plan.calibration_ns)
+            self._saturate(cfg, sat, nvec, sleep, below, ctl, stats, plan.calibration_ns)
             cp.cuda.runtime.deviceSynchronize()
             cal.append({"throttle_ns": int(sleep), "achieved_gbs": analysis.saturator_gbs(stats.get()),
                         "blocks": cfg.grid(self.limits.sm_count), "threads": cfg.threads})
@@ -307,7 +307,7 @@ class Probes:
                                           np.uint64(plan.settle_ns), np.uint64(READY_TIMEOUT_NS)))
                 if loaded:
                     with s_sat:
-                        self._saturate(cfg, sat, nvec, sleep, ctl, stats, plan.max_ns)
+                        self._saturate(cfg, sat, nvec, sleep, below, ctl, stats, plan.max_ns)
                 s_probe.synchronize()
                 s_sat.synchronize()
                 c, st = ctl.get(), stats.get()
