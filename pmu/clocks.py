@@ -403,24 +403,28 @@ def locked_clocks(device_index: int = 0, sm="max", memory=None, mode: str = "loc
     _check_not_held(path, device_index)
     with terminate_raises():
         _write_state(path, _record(device_index, uuid, session.resolved, session.before, persistent=False))
+        denied = False
         try:
-            apply_clocks(device_index, session.resolved)
+            try:
+                apply_clocks(device_index, session.resolved)
+            except ClockPermissionError:
+                denied = True  # NVML refused before changing anything
+                raise
             session.applied = read_clocks(device_index)
             yield session
         finally:
             with _signals_ignored():
                 try:
-                    reset_device(device_index, sm=session.resolved["sm"] is not None,
-                                 memory=session.resolved["memory"] is not None)
-                    session.restored = True
+                    if not denied:
+                        reset_device(device_index, sm=session.resolved["sm"] is not None,
+                                     memory=session.resolved["memory"] is not None)
+                        session.restored = True
                     path.unlink(missing_ok=True)
-                except ClockPermissionError:
-                    # locking itself failed for want of root: nothing was changed
-                    if session.applied is None:
-                        path.unlink(missing_ok=True)
-                    raise
                 finally:
-                    session.after = read_clocks(device_index)
+                    try:
+                        session.after = read_clocks(device_index)
+                    except Exception:  # noqa: BLE001 - never mask the outcome of the restore
+                        session.after = None
 
 
 def warn_stale_locks(stream=None) -> None:
