@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, move_to_head, new_lists, pop_tail, push_head, unlink
+from ._structs import NIL, move_to_head_s, new_lists, push_head_s, unlink_s
 
 NAME = "arc"
 DESCRIPTION = "Adaptive replacement cache: recency (T1) and frequency (T2) lists tuned by ghost hits"
@@ -23,30 +23,32 @@ DESCRIPTION = "Adaptive replacement cache: recency (T1) and frequency (T2) lists
 _T1, _T2, _B1, _B2 = 0, 1, 2, 3
 
 
-@njit(cache=True)
-def _replace(prev, nxt, head, tail, where, size, p, in_b2_hit):
-    """REPLACE: demote the tail of T1 or T2 to its ghost list; returns the demoted block."""
-    t1 = size[_T1]
-    if (t1 > 0 and (t1 > p or (t1 == p and in_b2_hit))) or size[_T2] == 0:
-        x = pop_tail(prev, nxt, head, tail, _T1)
-        size[_T1] -= 1
-        push_head(prev, nxt, head, tail, _B1, x)
-        size[_B1] += 1
-        where[x] = _B1
-    else:
-        x = pop_tail(prev, nxt, head, tail, _T2)
-        size[_T2] -= 1
-        push_head(prev, nxt, head, tail, _B2, x)
-        size[_B2] += 1
-        where[x] = _B2
-    return x
+@njit(cache=True, inline="always")
+def _move_tail(prev, nxt, where, src_head, src_tail, dst_head, dst_tail, dst):
+    """Move the tail of one list to the head of list `dst`; returns both lists' new ends."""
+    x = src_tail
+    src_head, src_tail = unlink_s(prev, nxt, src_head, src_tail, x)
+    dst_head, dst_tail = push_head_s(prev, nxt, dst_head, dst_tail, x)
+    where[x] = dst
+    return src_head, src_tail, dst_head, dst_tail
+
+
+@njit(cache=True, inline="always")
+def _drop_tail(prev, nxt, where, head, tail):
+    """Forget the tail of a list altogether; returns the list's new ends."""
+    x = tail
+    head, tail = unlink_s(prev, nxt, head, tail, x)
+    where[x] = NIL
+    return head, tail
 
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit):
-    prev, nxt, head, tail = new_lists(n_blocks, 4)
+    # The four lists share one pair of link arrays; their ends live in locals (registers).
+    prev, nxt, _, _ = new_lists(n_blocks, 1)
     where = np.full(max(n_blocks, 1), NIL, dtype=np.int8)
-    size = np.zeros(4, dtype=np.int64)  # entries in T1, T2, B1, B2
+    h1 = t1 = h2 = t2 = hb1 = tb1 = hb2 = tb2 = np.int32(NIL)
+    n1 = n2 = nb1 = nb2 = 0  # sizes of T1, T2, B1, B2
     p = 0.0
     evictions = 0
     max_resident = 0
@@ -59,58 +61,59 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit):
         w = where[b]
         if w == _T1:
             hit[i] = 1
-            unlink(prev, nxt, head, tail, _T1, b)
-            size[_T1] -= 1
-            push_head(prev, nxt, head, tail, _T2, b)
-            size[_T2] += 1
+            h1, t1 = unlink_s(prev, nxt, h1, t1, b)
+            h2, t2 = push_head_s(prev, nxt, h2, t2, b)
+            n1 -= 1
+            n2 += 1
             where[b] = _T2
             continue
         if w == _T2:
             hit[i] = 1
-            move_to_head(prev, nxt, head, tail, _T2, b)
+            h2, t2 = move_to_head_s(prev, nxt, h2, t2, b)
             continue
         hit[i] = 0
-        if w == _B1 or w == _B2:
-            # Ghost hit: adapt p (ratio taken before the ghost shrinks), then make room.
-            in_b2_hit = w == _B2
-            if w == _B1:
-                delta = max(size[_B2] / size[_B1], 1.0)
-                p = min(p + delta, cap_f)
+        ghost = w == _B1 or w == _B2
+        in_b2_hit = w == _B2
+        if w == _B1:
+            # Ghost hit: adapt p (ratio taken before the ghost shrinks); the block goes to T2.
+            p = min(p + max(nb2 / nb1, 1.0), cap_f)
+            hb1, tb1 = unlink_s(prev, nxt, hb1, tb1, b)
+            nb1 -= 1
+        elif w == _B2:
+            p = max(p - max(nb1 / nb2, 1.0), 0.0)
+            hb2, tb2 = unlink_s(prev, nxt, hb2, tb2, b)
+            nb2 -= 1
+        while n1 + n2 + 1 > capacity:
+            evictions += 1
+            if not ghost:
+                # Case IV, a miss on all four lists: first trim the ghosts.
+                if n1 + nb1 + 1 > capacity:
+                    if nb1 == 0:
+                        h1, t1 = _drop_tail(prev, nxt, where, h1, t1)
+                        n1 -= 1
+                        continue
+                    hb1, tb1 = _drop_tail(prev, nxt, where, hb1, tb1)
+                    nb1 -= 1
+                elif n1 + nb1 + n2 + nb2 >= 2 * capacity and nb2 > 0:
+                    hb2, tb2 = _drop_tail(prev, nxt, where, hb2, tb2)
+                    nb2 -= 1
+            # REPLACE
+            if (n1 > 0 and (n1 > p or (n1 == p and in_b2_hit))) or n2 == 0:
+                h1, t1, hb1, tb1 = _move_tail(prev, nxt, where, h1, t1, hb1, tb1, _B1)
+                n1 -= 1
+                nb1 += 1
             else:
-                delta = max(size[_B1] / size[_B2], 1.0)
-                p = max(p - delta, 0.0)
-            unlink(prev, nxt, head, tail, w, b)
-            size[w] -= 1
-            while size[_T1] + size[_T2] + 1 > capacity:
-                _replace(prev, nxt, head, tail, where, size, p, in_b2_hit)
-                evictions += 1
-            push_head(prev, nxt, head, tail, _T2, b)
-            size[_T2] += 1
+                h2, t2, hb2, tb2 = _move_tail(prev, nxt, where, h2, t2, hb2, tb2, _B2)
+                n2 -= 1
+                nb2 += 1
+        if ghost:
+            h2, t2 = push_head_s(prev, nxt, h2, t2, b)
+            n2 += 1
             where[b] = _T2
         else:
-            # Case IV: a miss on all four lists.
-            while size[_T1] + size[_T2] + 1 > capacity:
-                if size[_T1] + size[_B1] + 1 > capacity:
-                    if size[_B1] > 0:
-                        g = pop_tail(prev, nxt, head, tail, _B1)
-                        size[_B1] -= 1
-                        where[g] = NIL
-                        _replace(prev, nxt, head, tail, where, size, p, False)
-                    else:
-                        x = pop_tail(prev, nxt, head, tail, _T1)
-                        size[_T1] -= 1
-                        where[x] = NIL
-                else:
-                    if size[_T1] + size[_B1] + size[_T2] + size[_B2] >= 2 * capacity and size[_B2] > 0:
-                        g = pop_tail(prev, nxt, head, tail, _B2)
-                        size[_B2] -= 1
-                        where[g] = NIL
-                    _replace(prev, nxt, head, tail, where, size, p, False)
-                evictions += 1
-            push_head(prev, nxt, head, tail, _T1, b)
-            size[_T1] += 1
+            h1, t1 = push_head_s(prev, nxt, h1, t1, b)
+            n1 += 1
             where[b] = _T1
-        resident = size[_T1] + size[_T2]
-        if resident > max_resident:
-            max_resident = resident
+        if n1 + n2 > max_resident:
+            max_resident = n1 + n2
     return evictions, max_resident

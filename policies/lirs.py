@@ -27,202 +27,207 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, move_to_head, new_lists, pop_tail, push_head, unlink
+from ._structs import NIL, move_to_head_s, push_head_s, unlink_s
 
 NAME = "lirs"
 DESCRIPTION = "LIRS: inter-reference recency; LIR blocks in stack S, resident HIR blocks in a 1% queue"
 
-# Indices into the `st` counter array shared by the helpers.
-_LIRS, _HIRS, _OCC, _S_N, _EVICT = 0, 1, 2, 3, 4
+# Per-block flag bits (one byte per block): the S entry exists / is LIR / is resident, the
+# block is in Q, its id is in NH.
+IN_S, LIR, RES, IN_Q, IN_NH = 1, 2, 4, 8, 16
+S_BITS = IN_S | LIR | RES
+
+# The list ends and counters travel through the helpers as plain values (they stay in
+# registers once numba inlines the helpers): ends = (S head, S tail, Q head, Q tail, NH head,
+# NH tail); counts = (LIR blocks, HIR blocks in Q, resident blocks, entries in S, evictions).
+
+
+@njit(cache=True, inline="always")
+def _nh_out(np_, nn, fl, nhh, nht, x):
+    """Take `x` out of NH if it is there; returns NH's ends."""
+    if fl[x] & IN_NH:
+        nhh, nht = unlink_s(np_, nn, nhh, nht, x)
+        fl[x] &= ~IN_NH
+    return nhh, nht
 
 
 @njit(cache=True)
-def _s_drop(sp, sn, sh, stl, in_s, s_lir, s_res, st, x):
-    """Remove `x` from stack S and clear the flags of its S entry."""
-    unlink(sp, sn, sh, stl, 0, x)
-    in_s[x] = 0
-    s_lir[x] = 0
-    s_res[x] = 0
-    st[_S_N] -= 1
-
-
-@njit(cache=True)
-def _to_top(prev, nxt, head, tail, member, x):
-    """Move `x` to the top of a list, pushing it when it is not a member; True when pushed."""
-    if member[x]:
-        move_to_head(prev, nxt, head, tail, 0, x)
-        return False
-    push_head(prev, nxt, head, tail, 0, x)
-    member[x] = 1
-    return True
-
-
-@njit(cache=True)
-def _prune(sp, sn, sh, stl, in_s, s_lir, s_res, np_, nn, nh, nt, in_nh, st):
+def _prune(sp, sn, np_, nn, fl, ends, counts):
     """Drop HIR entries from the bottom of S until the bottom is LIR (or S has one entry)."""
-    x = stl[0]
-    while x != sh[0]:
-        if s_lir[x]:
-            break
-        if not s_res[x] and in_nh[x]:
-            unlink(np_, nn, nh, nt, 0, x)
-            in_nh[x] = 0
-        _s_drop(sp, sn, sh, stl, in_s, s_lir, s_res, st, x)
-        x = stl[0]
+    sh, stl, qh, qt, nhh, nht = ends
+    lirs, hirs, occ, s_n, ev = counts
+    x = stl
+    while x != sh and not fl[x] & LIR:
+        if not fl[x] & RES:
+            nhh, nht = _nh_out(np_, nn, fl, nhh, nht, x)
+        sh, stl = unlink_s(sp, sn, sh, stl, x)
+        fl[x] &= ~S_BITS
+        s_n -= 1
+        x = stl
+    return (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev)
 
 
-@njit(cache=True)
-def _evict_hir(sp, sn, sh, stl, in_s, s_res, qp, qn, qh, qt, in_q, np_, nn, nh, nt, in_nh, st):
+@njit(cache=True, inline="always")
+def _evict_hir(qp, qn, np_, nn, fl, ends, counts):
     """Evict the bottom of Q; if the block is still in S it stays there as a non-resident id."""
-    x = pop_tail(qp, qn, qh, qt, 0)
-    if x == NIL:
-        return
-    in_q[x] = 0
-    st[_HIRS] -= 1
-    if in_s[x]:
-        s_res[x] = 0
-        if in_nh[x]:
-            unlink(np_, nn, nh, nt, 0, x)
-        push_head(np_, nn, nh, nt, 0, x)
-        in_nh[x] = 1
-    st[_OCC] -= 1
-    st[_EVICT] += 1
+    sh, stl, qh, qt, nhh, nht = ends
+    lirs, hirs, occ, s_n, ev = counts
+    x = qt
+    if x != NIL:
+        qh, qt = unlink_s(qp, qn, qh, qt, x)
+        fl[x] &= ~IN_Q
+        if fl[x] & IN_S:
+            fl[x] &= ~RES
+            nhh, nht = _nh_out(np_, nn, fl, nhh, nht, x)
+            nhh, nht = push_head_s(np_, nn, nhh, nht, x)
+            fl[x] |= IN_NH
+        hirs -= 1
+        occ -= 1
+        ev += 1
+    return (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev)
 
 
 @njit(cache=True)
-def _evict_lir(sp, sn, sh, stl, in_s, s_lir, s_res, qp, qn, qh, qt, in_q,
-               np_, nn, nh, nt, in_nh, st, hirs_limit):
+def _evict_lir(sp, sn, qp, qn, np_, nn, fl, ends, counts, hirs_limit):
     """Demote the bottom of S to the top of Q (evicting Q's bottom if Q is full), then prune."""
-    x = stl[0]
+    sh, stl, qh, qt, nhh, nht = ends
+    lirs, hirs, occ, s_n, ev = counts
+    x = stl
     if x == NIL:
-        return
-    _s_drop(sp, sn, sh, stl, in_s, s_lir, s_res, st, x)
-    st[_LIRS] -= 1
-    st[_OCC] -= 1
-    while st[_HIRS] + 1 > hirs_limit:
-        _evict_hir(sp, sn, sh, stl, in_s, s_res, qp, qn, qh, qt, in_q, np_, nn, nh, nt, in_nh, st)
-    _to_top(qp, qn, qh, qt, in_q, x)
-    st[_HIRS] += 1
-    st[_OCC] += 1
-    _prune(sp, sn, sh, stl, in_s, s_lir, s_res, np_, nn, nh, nt, in_nh, st)
+        return ends, counts
+    sh, stl = unlink_s(sp, sn, sh, stl, x)
+    fl[x] &= ~S_BITS
+    counts = (lirs - 1, hirs, occ - 1, s_n - 1, ev)
+    ends = (sh, stl, qh, qt, nhh, nht)
+    while counts[1] + 1 > hirs_limit and ends[3] != NIL:
+        ends, counts = _evict_hir(qp, qn, np_, nn, fl, ends, counts)
+    sh, stl, qh, qt, nhh, nht = ends
+    lirs, hirs, occ, s_n, ev = counts
+    if fl[x] & IN_Q:
+        qh, qt = move_to_head_s(qp, qn, qh, qt, x)
+    else:
+        qh, qt = push_head_s(qp, qn, qh, qt, x)
+        fl[x] |= IN_Q
+    return _prune(sp, sn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs + 1, occ + 1, s_n, ev))
+
+
+@njit(cache=True)
+def _make_lir_room(sp, sn, qp, qn, np_, nn, fl, ends, counts, lirs_limit, hirs_limit):
+    """Demote LIR blocks while the LIR set has no room for one more."""
+    while counts[0] + 1 > lirs_limit and ends[1] != NIL:
+        ends, counts = _evict_lir(sp, sn, qp, qn, np_, nn, fl, ends, counts, hirs_limit)
+    return ends, counts
 
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, hir_ratio=0.01):
-    n = max(n_blocks, 1)
-    sp, sn, sh, stl = new_lists(n_blocks, 1)  # stack S
-    qp, qn, qh, qt = new_lists(n_blocks, 1)  # list Q
-    np_, nn, nh, nt = new_lists(n_blocks, 1)  # NH: non-resident HIR ids in S
-    in_s = np.zeros(n, dtype=np.uint8)
-    s_lir = np.zeros(n, dtype=np.uint8)  # flags of the S entry
-    s_res = np.zeros(n, dtype=np.uint8)
-    in_q = np.zeros(n, dtype=np.uint8)
-    in_nh = np.zeros(n, dtype=np.uint8)
-    st = np.zeros(5, dtype=np.int64)  # LIR count, HIR count, occupied, |S|, evictions
+    # Everything about one block shares a 32-byte row (so one cache line): the links of the
+    # three lists and the flag bits.
+    links = np.full((max(n_blocks, 1), 8), NIL, dtype=np.int32)
+    links[:, 6] = 0
+    sp, sn = links[:, 0], links[:, 1]  # stack S
+    qp, qn = links[:, 2], links[:, 3]  # list Q
+    np_, nn = links[:, 4], links[:, 5]  # NH: non-resident HIR ids in S
+    fl = links[:, 6]
+    sh = stl = qh = qt = nhh = nht = np.int32(NIL)
+    lirs = hirs = occ = s_n = ev = np.int64(0)
     hirs_limit = max(np.int64(1), np.int64(hir_ratio * capacity))
     lirs_limit = capacity - hirs_limit
     max_resident = 0
     for i in range(block.shape[0]):
         b = block[i]
-        was_s = in_s[b]
-        was_q = in_q[b]
-        if was_s:
-            move_to_head(sp, sn, sh, stl, 0, b)
-        if was_q:
-            move_to_head(qp, qn, qh, qt, 0, b)
-        is_hit = False
-        if was_s:
-            if s_lir[b]:
-                is_hit = True
-                _prune(sp, sn, sh, stl, in_s, s_lir, s_res, np_, nn, nh, nt, in_nh, st)
-            elif s_res[b]:
-                # Resident HIR in S: becomes LIR.
-                is_hit = True
-                if was_q:
-                    unlink(qp, qn, qh, qt, 0, b)
-                    in_q[b] = 0
-                    st[_HIRS] -= 1
-                    st[_OCC] -= 1
-                while st[_LIRS] + 1 > lirs_limit:
-                    _evict_lir(sp, sn, sh, stl, in_s, s_lir, s_res, qp, qn, qh, qt, in_q,
-                               np_, nn, nh, nt, in_nh, st, hirs_limit)
-                s_lir[b] = 1
-                st[_LIRS] += 1
-                st[_OCC] += 1
-        elif was_q:
-            # Resident HIR only in Q: back onto S as HIR (libCacheSim demotes an LIR first).
-            is_hit = True
-            while st[_LIRS] + 1 > lirs_limit:
-                _evict_lir(sp, sn, sh, stl, in_s, s_lir, s_res, qp, qn, qh, qt, in_q,
-                           np_, nn, nh, nt, in_nh, st, hirs_limit)
-            if _to_top(sp, sn, sh, stl, in_s, b):
-                st[_S_N] += 1
-            s_lir[b] = 0
-            s_res[b] = 1
-        if is_hit:
+        f = fl[b]
+        if f & IN_Q:
+            qh, qt = move_to_head_s(qp, qn, qh, qt, b)
+        if f & IN_S:
+            sh, stl = move_to_head_s(sp, sn, sh, stl, b)
+            if f & LIR:
+                hit[i] = 1
+                if not fl[stl] & LIR:
+                    (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _prune(
+                        sp, sn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev))
+                continue
+        if f & IN_S and f & RES:
+            # Resident HIR in S: becomes LIR.
             hit[i] = 1
+            if f & IN_Q:
+                qh, qt = unlink_s(qp, qn, qh, qt, b)
+                fl[b] &= ~IN_Q
+                hirs -= 1
+                occ -= 1
+            (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _make_lir_room(
+                sp, sn, qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev),
+                lirs_limit, hirs_limit)
+            fl[b] |= LIR
+            lirs += 1
+            occ += 1
+        elif f & IN_Q:
+            # Resident HIR only in Q: back onto S as HIR (libCacheSim demotes an LIR first).
+            hit[i] = 1
+            (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _make_lir_room(
+                sp, sn, qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev),
+                lirs_limit, hirs_limit)
+            if fl[b] & IN_S:
+                sh, stl = move_to_head_s(sp, sn, sh, stl, b)
+            else:
+                sh, stl = push_head_s(sp, sn, sh, stl, b)
+                s_n += 1
+            fl[b] = (fl[b] & ~LIR) | IN_S | RES
         else:
             hit[i] = 0
-            nonres_in_s = in_s[b] and not s_lir[b] and not s_res[b]
-            if nonres_in_s:
-                while st[_LIRS] + 1 > lirs_limit:
-                    _evict_lir(sp, sn, sh, stl, in_s, s_lir, s_res, qp, qn, qh, qt, in_q,
-                               np_, nn, nh, nt, in_nh, st, hirs_limit)
-                if in_nh[b]:
-                    unlink(np_, nn, nh, nt, 0, b)
-                    in_nh[b] = 0
-                admit = True
+            admit = True
+            if f & IN_S:
+                # A non-resident HIR id in S: make room in the LIR set, leave NH.
+                (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _make_lir_room(
+                    sp, sn, qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev),
+                    lirs_limit, hirs_limit)
+                nhh, nht = _nh_out(np_, nn, fl, nhh, nht, b)
             else:
                 admit = lirs_limit >= 1 and hirs_limit >= 1
-                if admit and st[_LIRS] + 1 > lirs_limit and st[_HIRS] + 1 > hirs_limit:
-                    while st[_HIRS] + 1 > hirs_limit:
-                        _evict_hir(sp, sn, sh, stl, in_s, s_res, qp, qn, qh, qt, in_q,
-                                   np_, nn, nh, nt, in_nh, st)
+                if admit and lirs + 1 > lirs_limit:
+                    while hirs + 1 > hirs_limit and qt != NIL:
+                        (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _evict_hir(
+                            qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev))
             if admit:
-                while st[_OCC] + 1 > capacity:
-                    s_now = in_s[b]
-                    if s_now and not s_lir[b] and not s_res[b]:
-                        while st[_HIRS] >= hirs_limit:
-                            _evict_hir(sp, sn, sh, stl, in_s, s_res, qp, qn, qh, qt, in_q,
-                                       np_, nn, nh, nt, in_nh, st)
-                        _evict_lir(sp, sn, sh, stl, in_s, s_lir, s_res, qp, qn, qh, qt, in_q,
-                                   np_, nn, nh, nt, in_nh, st, hirs_limit)
-                    elif not s_now and not in_q[b]:
-                        if st[_LIRS] + 1 > lirs_limit and st[_HIRS] + 1 > hirs_limit:
-                            _evict_hir(sp, sn, sh, stl, in_s, s_res, qp, qn, qh, qt, in_q,
-                                       np_, nn, nh, nt, in_nh, st)
-                        else:
-                            break  # nothing libCacheSim would evict here
+                while occ + 1 > capacity:
+                    if fl[b] & S_BITS == IN_S:
+                        while hirs >= hirs_limit and qt != NIL:
+                            (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _evict_hir(
+                                qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev))
+                        (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _evict_lir(
+                            sp, sn, qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev),
+                            hirs_limit)
+                    elif (fl[b] & (IN_S | IN_Q)) == 0 and lirs + 1 > lirs_limit \
+                            and hirs + 1 > hirs_limit and qt != NIL:
+                        (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _evict_hir(
+                            qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev))
                     else:
-                        break
-                if in_s[b]:
-                    if not s_lir[b] and not s_res[b]:
-                        s_lir[b] = 1
-                        s_res[b] = 1
-                        st[_LIRS] += 1
-                        st[_OCC] += 1
-                elif not in_q[b]:
-                    push_head(sp, sn, sh, stl, 0, b)
-                    in_s[b] = 1
-                    st[_S_N] += 1
-                    s_res[b] = 1
-                    if st[_LIRS] + 1 <= lirs_limit:
-                        s_lir[b] = 1
-                        st[_LIRS] += 1
+                        break  # nothing libCacheSim would evict here
+                if fl[b] & IN_S:
+                    if fl[b] & S_BITS == IN_S:
+                        fl[b] |= LIR | RES
+                        lirs += 1
+                        occ += 1
+                elif not fl[b] & IN_Q:
+                    sh, stl = push_head_s(sp, sn, sh, stl, b)
+                    s_n += 1
+                    occ += 1
+                    if lirs + 1 <= lirs_limit:
+                        fl[b] |= IN_S | LIR | RES
+                        lirs += 1
                     else:
-                        s_lir[b] = 0
-                        push_head(qp, qn, qh, qt, 0, b)
-                        in_q[b] = 1
-                        st[_HIRS] += 1
-                    st[_OCC] += 1
+                        qh, qt = push_head_s(qp, qn, qh, qt, b)
+                        fl[b] |= IN_S | RES | IN_Q
+                        hirs += 1
         # Bound the metadata: S may hold at most twice the capacity.
-        while st[_S_N] > 2 * capacity:
-            x = pop_tail(np_, nn, nh, nt, 0)
-            if x == NIL:
-                break
-            in_nh[x] = 0
-            if in_s[x]:
-                _s_drop(sp, sn, sh, stl, in_s, s_lir, s_res, st, x)
-        if st[_OCC] > max_resident:
-            max_resident = st[_OCC]
-    return st[_EVICT], max_resident
+        while s_n > 2 * capacity and nht != NIL:
+            x = nht
+            nhh, nht = unlink_s(np_, nn, nhh, nht, x)
+            fl[x] &= ~IN_NH
+            if fl[x] & IN_S:
+                sh, stl = unlink_s(sp, sn, sh, stl, x)
+                fl[x] &= ~S_BITS
+                s_n -= 1
+        if occ > max_resident:
+            max_resident = occ
+    return ev, max_resident

@@ -14,24 +14,24 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, new_lists, pop_tail, push_head
-from .twoq import ghost_add, ghost_take
+from ._structs import NIL, push_head_s, unlink_s
+from .twoq import ghost_add, ghost_take, new_rows
 
 NAME = "s3fifo"
 DESCRIPTION = "S3-FIFO: small probationary FIFO, main clock FIFO and a ghost queue of evicted ids"
 
-_SMALL, _MAIN = 0, 1
+SMALL, MAIN = 1, 2  # state bits besides twoq.GHOST
+# Columns of the per-block row: queue links, ghost links, state bits, access counter.
+_PREV, _NXT, _GPREV, _GNXT, _STATE, _FREQ = 0, 1, 2, 3, 4, 5
 
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, small_ratio=0.1, ghost_ratio=0.9,
            move_to_main_threshold=2):
-    n = max(n_blocks, 1)
-    prev, nxt, head, tail = new_lists(n_blocks, 2)  # small and main queues
-    gprev, gnxt, ghead, gtail = new_lists(n_blocks, 1)  # ghost ids
-    where = np.full(n, NIL, dtype=np.int8)
-    in_ghost = np.zeros(n, dtype=np.uint8)
-    freq = np.zeros(n, dtype=np.int32)
+    rows = new_rows(n_blocks)
+    prev, nxt, gprev, gnxt = rows[:, _PREV], rows[:, _NXT], rows[:, _GPREV], rows[:, _GNXT]
+    state, freq = rows[:, _STATE], rows[:, _FREQ]
+    hs = ts = hm = tm = hg = tg = np.int32(NIL)  # ends of small, main, ghost
     small_size = np.int64(capacity * small_ratio)
     main_size = capacity - small_size
     ghost_size = np.int64(capacity * ghost_ratio)
@@ -43,14 +43,14 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, small_ratio=0.1, ghost_r
     max_resident = 0
     for i in range(block.shape[0]):
         b = block[i]
-        if where[b] == _SMALL:
+        if state[b] & SMALL:
             hit[i] = 1
             freq[b] += 1
             continue
-        hit_on_ghost = ghost_take(gprev, gnxt, ghead, gtail, in_ghost, b)
+        hit_on_ghost, hg, tg = ghost_take(gprev, gnxt, hg, tg, state, b)
         if hit_on_ghost:
             n_ghost -= 1
-        if where[b] == _MAIN:
+        if state[b] & MAIN:
             hit[i] = 1
             freq[b] += 1
             continue
@@ -63,43 +63,43 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, small_ratio=0.1, ghost_r
             if n_main > main_size or n_small == 0:
                 # Main is a clock: recycle blocks with a non-zero counter, evict the first zero.
                 while n_main > 0:
-                    x = pop_tail(prev, nxt, head, tail, _MAIN)
+                    x = tm
+                    hm, tm = unlink_s(prev, nxt, hm, tm, x)
                     f = freq[x]
                     if f >= 1:
-                        push_head(prev, nxt, head, tail, _MAIN, x)
+                        hm, tm = push_head_s(prev, nxt, hm, tm, x)
                         freq[x] = min(f, 3) - 1
                     else:
-                        where[x] = NIL
+                        state[x] &= ~MAIN
                         n_main -= 1
                         evictions += 1
                         break
             else:
                 while n_small > 0:
-                    x = pop_tail(prev, nxt, head, tail, _SMALL)
+                    x = ts
+                    hs, ts = unlink_s(prev, nxt, hs, ts, x)
                     n_small -= 1
                     if freq[x] >= move_to_main_threshold:
-                        push_head(prev, nxt, head, tail, _MAIN, x)
-                        where[x] = _MAIN
+                        hm, tm = push_head_s(prev, nxt, hm, tm, x)
+                        state[x] = (state[x] & ~SMALL) | MAIN
                         freq[x] = 0
                         n_main += 1
                     else:
-                        where[x] = NIL
+                        state[x] &= ~SMALL
                         evictions += 1
-                        n_ghost = ghost_add(gprev, gnxt, ghead, gtail, in_ghost, n_ghost,
-                                            ghost_size, x)
+                        n_ghost, hg, tg = ghost_add(gprev, gnxt, hg, tg, state, n_ghost, ghost_size, x)
                         break
         if not hit_on_ghost and small_size <= 1:
             continue  # libCacheSim never puts a block into a small queue it would fill alone
         if hit_on_ghost or (not has_evicted and n_small >= small_size):
-            push_head(prev, nxt, head, tail, _MAIN, b)
-            where[b] = _MAIN
+            hm, tm = push_head_s(prev, nxt, hm, tm, b)
+            state[b] |= MAIN
             n_main += 1
         else:
-            push_head(prev, nxt, head, tail, _SMALL, b)
-            where[b] = _SMALL
+            hs, ts = push_head_s(prev, nxt, hs, ts, b)
+            state[b] |= SMALL
             n_small += 1
         freq[b] = 0
-        resident = n_small + n_main
-        if resident > max_resident:
-            max_resident = resident
+        if n_small + n_main > max_resident:
+            max_resident = n_small + n_main
     return evictions, max_resident

@@ -12,46 +12,58 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, move_to_head, new_lists, pop_tail, push_head, unlink
+from ._structs import NIL, move_to_head_s, push_head_s, unlink_s
 
 NAME = "2q"
 DESCRIPTION = "2Q: first-time blocks in a FIFO (A1in), re-referenced ones in an LRU (Am), ghost A1out"
 
-_AIN, _AM = 0, 1
+# Per-block state bits, shared with S3-FIFO: which queue holds the block, and whether its id
+# is in the ghost queue.
+IN_A, IN_B, GHOST = 1, 2, 4
+# Columns of the per-block row: links of the resident queues, links of the ghost queue, state.
+_PREV, _NXT, _GPREV, _GNXT, _STATE = 0, 1, 2, 3, 4
 
 
 @njit(cache=True)
-def ghost_take(gprev, gnxt, ghead, gtail, in_ghost, x):
-    """Remove id `x` from a ghost FIFO (list 0) if it is there; True when it was."""
-    if not in_ghost[x]:
-        return False
-    unlink(gprev, gnxt, ghead, gtail, 0, x)
-    in_ghost[x] = 0
-    return True
+def new_rows(n_blocks):
+    """(n, 8) int32 rows: columns 0-3 are links (NIL), the rest start at 0."""
+    rows = np.zeros((max(n_blocks, 1), 8), dtype=np.int32)
+    rows[:, :4] = NIL
+    return rows
 
 
-@njit(cache=True)
-def ghost_add(gprev, gnxt, ghead, gtail, in_ghost, n_ghost, limit, x):
+@njit(cache=True, inline="always")
+def ghost_take(gprev, gnxt, ghead, gtail, state, x):
+    """Remove id `x` from a ghost FIFO if it is there; returns (was there, head, tail)."""
+    if not state[x] & GHOST:
+        return False, ghead, gtail
+    ghead, gtail = unlink_s(gprev, gnxt, ghead, gtail, x)
+    state[x] &= ~GHOST
+    return True, ghead, gtail
+
+
+@njit(cache=True, inline="always")
+def ghost_add(gprev, gnxt, ghead, gtail, state, n_ghost, limit, x):
     """libCacheSim's FIFO `get` on a ghost queue of ids: add `x` unless present, dropping the
-    oldest ids to stay within `limit` (nothing when `limit` < 1). Returns the new count."""
-    if limit < 1 or in_ghost[x]:
-        return n_ghost
+    oldest ids to stay within `limit` (nothing when `limit` < 1). Returns (count, head, tail)."""
+    if limit < 1 or state[x] & GHOST:
+        return n_ghost, ghead, gtail
     while n_ghost + 1 > limit:
-        g = pop_tail(gprev, gnxt, ghead, gtail, 0)
-        in_ghost[g] = 0
+        g = gtail
+        ghead, gtail = unlink_s(gprev, gnxt, ghead, gtail, g)
+        state[g] &= ~GHOST
         n_ghost -= 1
-    push_head(gprev, gnxt, ghead, gtail, 0, x)
-    in_ghost[x] = 1
-    return n_ghost + 1
+    ghead, gtail = push_head_s(gprev, gnxt, ghead, gtail, x)
+    state[x] |= GHOST
+    return n_ghost + 1, ghead, gtail
 
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, ain_ratio=0.25, aout_ratio=0.5):
-    n = max(n_blocks, 1)
-    prev, nxt, head, tail = new_lists(n_blocks, 2)  # A1in and Am
-    gprev, gnxt, ghead, gtail = new_lists(n_blocks, 1)  # A1out ids
-    where = np.full(n, NIL, dtype=np.int8)
-    in_out = np.zeros(n, dtype=np.uint8)
+    rows = new_rows(n_blocks)
+    prev, nxt, gprev, gnxt = rows[:, _PREV], rows[:, _NXT], rows[:, _GPREV], rows[:, _GNXT]
+    state = rows[:, _STATE]  # IN_A: in A1in, IN_B: in Am, GHOST: id in A1out
+    hi = ti = hm = tm = ho = to = np.int32(NIL)  # ends of A1in, Am, A1out
     ain_size = np.int64(capacity * ain_ratio)
     aout_size = np.int64(capacity * aout_ratio)
     am_size = capacity - ain_size
@@ -62,15 +74,15 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, ain_ratio=0.25, aout_rat
     max_resident = 0
     for i in range(block.shape[0]):
         b = block[i]
-        if where[b] == _AIN:
+        if state[b] & IN_A:
             hit[i] = 1
             continue
-        hit_on_ghost = ghost_take(gprev, gnxt, ghead, gtail, in_out, b)
+        hit_on_ghost, ho, to = ghost_take(gprev, gnxt, ho, to, state, b)
         if hit_on_ghost:
             n_out -= 1
-        if where[b] == _AM:
+        if state[b] & IN_B:
             hit[i] = 1
-            move_to_head(prev, nxt, head, tail, _AM, b)
+            hm, tm = move_to_head_s(prev, nxt, hm, tm, b)
             continue
         hit[i] = 0
         if ain_size < 1:
@@ -78,31 +90,33 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, ain_ratio=0.25, aout_rat
         while n_in + n_am + 1 > capacity:
             evictions += 1
             if n_in > ain_size:
-                x = pop_tail(prev, nxt, head, tail, _AIN)
-                where[x] = NIL
+                x = ti
+                hi, ti = unlink_s(prev, nxt, hi, ti, x)
+                state[x] &= ~IN_A
                 n_in -= 1
-                n_out = ghost_add(gprev, gnxt, ghead, gtail, in_out, n_out, aout_size, x)
+                n_out, ho, to = ghost_add(gprev, gnxt, ho, to, state, n_out, aout_size, x)
             else:
-                x = pop_tail(prev, nxt, head, tail, _AM)
-                where[x] = NIL
+                x = tm
+                hm, tm = unlink_s(prev, nxt, hm, tm, x)
+                state[x] &= ~IN_B
                 n_am -= 1
         if hit_on_ghost:
             if am_size < 1:
                 continue
             # Am is a cache of its own here: it makes room within its share first.
             while n_am + 1 > am_size:
-                x = pop_tail(prev, nxt, head, tail, _AM)
-                where[x] = NIL
+                x = tm
+                hm, tm = unlink_s(prev, nxt, hm, tm, x)
+                state[x] &= ~IN_B
                 n_am -= 1
                 evictions += 1
-            push_head(prev, nxt, head, tail, _AM, b)
-            where[b] = _AM
+            hm, tm = push_head_s(prev, nxt, hm, tm, b)
+            state[b] |= IN_B
             n_am += 1
         else:
-            push_head(prev, nxt, head, tail, _AIN, b)
-            where[b] = _AIN
+            hi, ti = push_head_s(prev, nxt, hi, ti, b)
+            state[b] |= IN_A
             n_in += 1
-        resident = n_in + n_am
-        if resident > max_resident:
-            max_resident = resident
+        if n_in + n_am > max_resident:
+            max_resident = n_in + n_am
     return evictions, max_resident
