@@ -71,8 +71,9 @@ def _apply(plan, part: str, opts: dict, limits) -> None:
         if opts.get("buffer"):
             plan.bandwidth.buffer_bytes = size("buffer")
         if any(opts.get(k) is not None for k in ("sms", "blocks_per_sm", "throttle_ns")):
-            plan.bandwidth.configs = [StreamConfig(active_sms=opts.get("sms") or limits.sm_count,
-                                                   blocks_per_sm=opts.get("blocks_per_sm") or 4,
+            bps = opts.get("blocks_per_sm") or 4
+            plan.bandwidth.configs = [StreamConfig(active_sms=opts.get("sms") or limits.sm_count, blocks_per_sm=bps,
+                                                   threads=max(32, min(512, 2048 // bps // 32 * 32)),
                                                    throttle_ns=opts.get("throttle_ns") or 0)]
     if part == "loaded":
         if opts.get("levels"):
@@ -208,7 +209,8 @@ _probe_command("tlb", "Chase with page-sized strides over growing footprints; la
 ])
 _probe_command("bandwidth", "Read, write and copy kernels at several intensities, against cudaMemcpy D2D.", [
     click.option("--sms", type=int, default=None, help="Active SMs (one setting instead of the sweep)."),
-    click.option("--blocks-per-sm", type=int, default=None, help="Blocks per SM (with --sms)."),
+    click.option("--blocks-per-sm", type=int, default=None,
+                 help="Blocks per SM (512 threads each, fewer above 4 blocks so they fit an SM)."),
     click.option("--throttle-ns", type=int, default=None, help="Sleep per iteration, ns (with --sms)."),
     click.option("--buffer", default=None, help="Buffer size (default 1GiB quick, 4GiB full)."),
 ])

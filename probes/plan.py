@@ -22,6 +22,7 @@ STREAM_UNROLL = 4         # STREAM_UNROLL in kernels/common.cuh
 CHASE_CHUNK = 1024        # CHASE_CHUNK in kernels/common.cuh
 CLAIM_STEPS = 16          # CLAIM_STEPS in kernels/bandwidth.cu
 MAX_THREADS_PER_SM = 2048
+MAX_BLOCKS_PER_SM = 32    # compute capability 7.0 .. 9.0
 #: TLB sweep skew: 17 lines, odd, so link k's line inside its page is 17 k mod (stride/128).
 TLB_SKEW = 17 * LINE_BYTES
 #: Device memory left alone for the CUDA context, CuPy's pool and other tenants.
@@ -245,6 +246,8 @@ class StreamConfig:
         check_sms(device, self.active_sms, what)
         if self.threads < 32 or self.threads > 1024 or self.threads % 32:
             raise PlanError(f"{what}: threads per block must be a multiple of 32 in 32..1024 (got {self.threads})")
+        if self.blocks_per_sm > MAX_BLOCKS_PER_SM:
+            raise PlanError(f"{what}: {self.blocks_per_sm} blocks per SM is beyond the {MAX_BLOCKS_PER_SM} an SM holds")
         if self.blocks_per_sm < 1 or self.blocks_per_sm * self.threads > MAX_THREADS_PER_SM:
             raise PlanError(f"{what}: {self.blocks_per_sm} blocks of {self.threads} threads do not fit on one SM "
                             f"({MAX_THREADS_PER_SM} threads at most)")

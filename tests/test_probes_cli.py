@@ -66,6 +66,7 @@ def test_without_gpu_one_line_and_status_2(no_gpu, capsys, tmp_path):
     (("probe", "bandwidth", "--sms", "200"), r"200 SMs asked for, but GPU 0 .* has 132 SMs"),
     (("probe", "loaded", "--sms", "133"), r"saturator: 133 SMs asked for"),
     (("probe", "loaded", "--levels", "1"), r"--levels must be at least 2"),
+    (("probe", "bandwidth", "--blocks-per-sm", "100"), r"100 blocks per SM is beyond the 32"),
     (("probe", "tlb", "--strides", "2MiB,3parsecs"), r"cannot read size '3parsecs'"),
     (("run", "--parts", "latency,bogus"), r"unknown probe\(s\) bogus"),
 ])

@@ -76,6 +76,8 @@ def test_sm_count_beyond_the_device_is_refused():
 def test_threads_that_do_not_fit_an_sm():
     with pytest.raises(PlanError, match="do not fit on one SM"):
         BandwidthPlan(1 * GiB, [StreamConfig(active_sms=4, blocks_per_sm=8, threads=512)]).validate(H200)
+    with pytest.raises(PlanError, match="beyond the 32 an SM holds"):
+        BandwidthPlan(1 * GiB, [StreamConfig(active_sms=4, blocks_per_sm=64, threads=32)]).validate(H200)
     with pytest.raises(PlanError, match="multiple of 32"):
         BandwidthPlan(1 * GiB, [StreamConfig(active_sms=4, threads=100)]).validate(H200)
 
