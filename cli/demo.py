@@ -50,8 +50,11 @@ def demo(out_dir, seed, duration_s, policy_text) -> None:
         f"references, {trace.n_blocks:,} distinct blocks; {len(policies)} policies x "
         f"{len(capacities)} capacities"
     )
-    results = run_with_progress(trace, policies, capacities, show=True)
+    from .sits import cost_table, cost_title, run_policies  # SITS policies need the trace (time, stacks)
+
+    results = run_policies(trace, policies, capacities, show=True)
     console.print(results_table(results, title="hit ratios (blocks of 512 tokens)"))
+    console.print(cost_table(results, title=cost_title(results)))
 
     out = Path(out_dir)
     try:

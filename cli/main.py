@@ -15,6 +15,7 @@ import click
 # Each module listed here exposes COMMANDS, a list of click commands or groups.
 COMMAND_MODULES: list[str] = [
     "sitsprof.cli.policy",
+    "sitsprof.cli.sits",
     "sitsprof.cli.demo",
     "sitsprof.cli.devices",
     "sitsprof.cli.clocks",

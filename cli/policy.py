@@ -199,16 +199,25 @@ def _trace_options(func):
 @click.option("--capacity", "-c", "capacity_text", default=DEFAULT_CAPACITIES, show_default=True,
               help="Comma-separated capacities in blocks (1000, 10k) or % of the trace's distinct blocks.")
 @_trace_options
+@click.option("--calibration", default=None,
+              help="Calibration JSON for the cost model (default: the shipped hopper-published reference, not measured).")
+@click.option("--model", "model_name", default=None, help="Model preset for the cost model (default qwen2-72b).")
+@click.option("--miss", "miss_mode", type=click.Choice(["recompute", "reload"]), default="recompute",
+              show_default=True, help="Price a miss as prefill recompute or host reload.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV rows instead of a table.")
-def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as_json, as_csv) -> None:
+def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as_json, as_csv,
+                 calibration=None, model_name=None, miss_mode="recompute") -> None:
     """Replay TRACE (Mooncake JSONL, oracleGeneral, CSV or request JSONL) through each policy at each capacity."""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are alternatives; pick one")
     policies = parse_policies(policy_text)
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
     capacities = parse_capacities(capacity_text, trace.n_blocks)
-    results = run_with_progress(trace, policies, capacities, show=not (as_json or as_csv))
+    from .sits import cost_table, cost_title, run_policies
+
+    results = run_policies(trace, policies, capacities, show=not (as_json or as_csv), calibration=calibration,
+                           model=model_name, miss=miss_mode)
     summary = trace_summary(trace, trace_path, fmt)
     if as_json:
         emit_json({"trace": summary, "results": result_rows(results, trace)})
@@ -221,6 +230,7 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
         f"{summary['distinct_blocks']:,} distinct blocks"
     )
     stdout_console().print(results_table(results, title=title))
+    stdout_console().print(cost_table(results, title=cost_title(results)))
 
 
 @policy_group.command("mrc")

@@ -154,9 +154,9 @@ class CostModel:
                     self.miss == "recompute", out)
         return out
 
-    def summarize(self, trace: Trace, hit: np.ndarray) -> dict:
-        """Run figures: TTFT P50/P95/P99/mean (ms) and tokens per second."""
-        ttft = self.request_ttft(trace, hit)
+    def summarize(self, trace: Trace, hit: np.ndarray, ttft: np.ndarray | None = None) -> dict:
+        """Run figures: TTFT P50/P95/P99/mean (ms) and tokens per second (`ttft` if already known)."""
+        ttft = self.request_ttft(trace, hit) if ttft is None else ttft
         out = latency_summary(ttft)
         input_tokens = float(np.sum(trace.tokens))
         total = float(ttft.sum())
@@ -235,3 +235,42 @@ def latency_summary(seconds: np.ndarray) -> dict:
     p50, p95, p99 = np.percentile(seconds, [50, 95, 99]) * 1e3
     return {"requests": int(len(seconds)), "ttft_p50_ms": float(p50), "ttft_p95_ms": float(p95),
             "ttft_p99_ms": float(p99), "ttft_mean_ms": float(np.mean(seconds) * 1e3)}
+
+
+def simulate_costed(trace: Trace, policy, capacity, calibration=None, model: str = DEFAULT_MODEL,
+                    miss: str = "recompute", **params):
+    """Replay one policy and price it: a SimResult whose ``extra`` carries ``cost`` (TTFT
+    percentiles, tokens/s) and ``tenancy`` (CTCCI). Trace-aware policies (those with a
+    ``run`` function: sits, semantic-shard) get the calibration and their own parameters."""
+    import time as _time
+
+    from .engine import _module, check_capacity
+    from .sits import sim_result
+    from .tenancy import ctcci
+
+    module = _module(policy)
+    capacity = check_capacity(capacity)
+    if hasattr(module, "run"):
+        return module.run(trace, capacity, calibration=calibration, model=model, miss=miss, **params)
+    offsets = request_offsets(trace)
+    hit = np.zeros(len(trace), dtype=np.uint8)
+    block = np.ascontiguousarray(trace.block, dtype=np.int32)
+    start = _time.perf_counter()
+    evictions, max_resident = module.KERNEL(block, offsets, np.int64(trace.n_blocks), np.int64(capacity), hit,
+                                            **params)
+    seconds = _time.perf_counter() - start
+    cost = CostModel(calibration, model=model, miss=miss)
+    extra = dict(params, cost=cost.summarize(trace, hit), tenancy=ctcci(trace, hit))
+    return sim_result(trace, offsets, module.NAME, capacity, hit, evictions, max_resident, seconds, extra)
+
+
+def simulate_many_costed(trace: Trace, policies, capacities, progress=None, **cost) -> list:
+    """simulate_costed for every policy at every capacity (policy-major), `progress(done, total, label)`."""
+    total = len(policies) * len(capacities)
+    results = []
+    for policy in policies:
+        for capacity in capacities:
+            results.append(simulate_costed(trace, policy, capacity, **cost))
+            if progress is not None:
+                progress(len(results), total, f"{results[-1].policy} @ {capacity}")
+    return results

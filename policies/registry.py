@@ -23,6 +23,8 @@ MODULES: tuple[str, ...] = (
     "s3fifo",
     "twoq",
     "prefix_lru",
+    "sits",
+    "semantic_shard",
 )
 
 

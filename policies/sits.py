@@ -24,9 +24,9 @@ Which behaviour serves is decided once per window (``window_s`` of trace time or
    spaced sample of about 4096 of them). score = a*min(1, H/8) + (1-a)*min(1, d/200); a
    starts at 0.6 and moves with load (see ``adapt_alpha``).
 3. Action matrix: H < 2.5 and d < 50 ms -> ``keep`` (no change); H > 6 and d > 150 ms ->
-   ``migrate`` to the shadow winner as soon as it leads; elsewhere -> ``migrate`` only when
-   score >= ``score_threshold`` and the winner leads by ``margin`` of the sampled references,
-   else ``keep``.
+   ``migrate`` to the shadow winner once it leads by ``migrate_margin`` (0.1%) of the sampled
+   references; elsewhere -> ``migrate`` only when score >= ``score_threshold`` (0.5) and the
+   winner leads by ``margin`` (0.2%), else ``keep``.
 """
 from __future__ import annotations
 
@@ -326,6 +326,7 @@ class SitsConfig:
     adapt: bool = True
     score_threshold: float = 0.5
     margin: float = 0.002  # lead (fraction of sampled refs) needed outside the migrate cell
+    migrate_margin: float = 0.001  # lead needed inside the migrate cell
     memory: float = 0.9  # decay of shadow hits per window
     initial: str = "scan"
     sample_shift: int | None = None
@@ -368,7 +369,7 @@ class Controller:
         elif cell == "keep":
             action = "keep"
         elif cell == "migrate":
-            action = "migrate" if lead > 0 else "keep"
+            action = "migrate" if lead > cfg.migrate_margin else "keep"
         else:
             action = "migrate" if score >= cfg.score_threshold and lead > cfg.margin else "keep"
         before = self.behaviour
@@ -444,7 +445,7 @@ def run(trace: Trace, capacity: int, offsets=None, **kwargs):
 
 def _replay(trace: Trace, capacity: int, offsets, calibration=None, model: str = "qwen2-72b",
             miss: str = "recompute", gate=None, hit_out=None, full_cost: bool = True, **params):
-    from .costmodel import CostModel, latency_summary, ttft_kernel
+    from .costmodel import CostModel, ttft_kernel
     from .engine import check_capacity
     from .tenancy import ctcci
 
@@ -500,7 +501,7 @@ def _replay(trace: Trace, capacity: int, offsets, calibration=None, model: str =
     extra = {
         "sample_shift": k, "windows": len(bounds) - 1, "switches": ctl.switches,
         "behaviour_share": {BEHAVIOURS[b]: float(served[b] / max(n, 1)) for b in range(2)},
-        "cost": latency_summary(ttft) if full_cost else None, "tenancy": ctcci(trace, hit) if full_cost else None,
+        "cost": cost.summarize(trace, hit, ttft) if full_cost else None, "tenancy": ctcci(trace, hit) if full_cost else None,
         "events": ctl.events,
     }
     if gate is not None:

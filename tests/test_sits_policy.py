@@ -119,9 +119,12 @@ def test_controller_obeys_the_matrix():
     # score cell, score 0.6*7/8 + 0.4*100/200 = 0.725 >= 0.5 and lead .09 > margin: migrate
     assert ctl.decide(0, 0.0, 7.0, 100.0, 1.0, lead, 1000) == RECENCY
     assert ctl.events[-1]["action"] == "migrate" and ctl.events[-1]["to"] == "recency"
+    # migrate cell: a lead above migrate_margin (0.001 of the sampled references) is enough
     ctl = Controller(SitsConfig(), behaviour=SCAN)
-    assert ctl.decide(0, 0.0, 7.0, 180.0, 1.0, {RECENCY: 11, SCAN: 10}, 1000) == RECENCY  # migrate cell
+    assert ctl.decide(0, 0.0, 7.0, 180.0, 1.0, {RECENCY: 12, SCAN: 10}, 1000) == RECENCY
     ctl = Controller(SitsConfig(), behaviour=SCAN)
+    assert ctl.decide(0, 0.0, 7.0, 180.0, 1.0, {RECENCY: 11, SCAN: 10}, 1000) == SCAN  # 0.001 is not above
+    ctl = Controller(SitsConfig(migrate_margin=0.0), behaviour=SCAN)
     assert ctl.decide(0, 0.0, 7.0, 180.0, 1.0, {RECENCY: 10, SCAN: 10}, 1000) == SCAN  # a tie keeps
 
 

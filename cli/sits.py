@@ -1,0 +1,122 @@
+"""SITS wiring for the CLI: costed replays (calibration, model, miss cost), the cost table,
+and `sitsprof policy serve-metrics`. Logic lives in sitsprof.policies; this only wires."""
+from __future__ import annotations
+
+import time
+
+import click
+
+COST_COLUMNS = ("policy", "capacity", "block hit", "TTFT P50 ms", "P95 ms", "P99 ms", "tok/s", "CTCCI", "notes")
+
+
+def run_policies(trace, policies, capacities, show: bool, calibration=None, model=None, miss="recompute",
+                 console=None):
+    """Every policy at every capacity through the cost model (SITS policies get the trace,
+    hence time windows, TTL and their event logs), with a progress bar when `show`."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from sitsprof.policies.costmodel import simulate_many_costed
+    from sitsprof.policies.models import DEFAULT_MODEL
+
+    cost = {"calibration": calibration, "model": model or DEFAULT_MODEL, "miss": miss}
+    console = console or Console(stderr=True)
+    total = len(policies) * len(capacities)
+    if not show or not console.is_terminal or total < 2:
+        return simulate_many_costed(trace, policies, capacities, **cost)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(f"{policies[0]} @ {capacities[0]:,}", total=total)
+        return simulate_many_costed(
+            trace, policies, capacities,
+            progress=lambda done, _total, label: progress.update(task, completed=done, description=f"done {label}"),
+            **cost)
+
+
+def _notes(result) -> str:
+    extra = result.extra or {}
+    if "behaviour_share" in extra:
+        share = extra["behaviour_share"]
+        return f"{extra['switches']} switches; recency {share['recency']:.0%}"
+    if "shard_expirations" in extra:
+        return f"{sum(extra['shard_expirations']):,} expired; {extra['shard_eviction_rate']:.1f} evict/s"
+    return ""
+
+
+def cost_table(results, title: str | None = None):
+    """Rich table: hit ratio and the cost model's TTFT percentiles per result."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for name in COST_COLUMNS:
+        table.add_column(name, justify="left" if name in ("policy", "notes") else "right", no_wrap=name != "notes")
+    for r in results:
+        cost = r.extra.get("cost") or {}
+        tenancy = r.extra.get("tenancy") or {}
+        tps = cost.get("tokens_per_s")
+        table.add_row(
+            r.policy, f"{r.capacity:,}", f"{r.block_hit_ratio:.4f}", f"{cost.get('ttft_p50_ms', 0):,.1f}",
+            f"{cost.get('ttft_p95_ms', 0):,.1f}", f"{cost.get('ttft_p99_ms', 0):,.1f}",
+            "-" if tps is None else f"{tps:,.1f}",
+            f"{tenancy.get('ctcci', 0):.3f} {tenancy.get('level', '')}" if tenancy.get("tenants", 0) > 1 else "-",
+            _notes(r),
+        )
+    return table
+
+
+def cost_title(results) -> str:
+    cost = next((r.extra.get("cost") for r in results if r.extra.get("cost")), None) or {}
+    return (f"cost model: calibration {cost.get('calibration', '?')}, model {cost.get('model', '?')}, "
+            f"miss = {cost.get('miss', '?')} (service time, no queueing)")
+
+
+@click.command("serve-metrics")
+@click.argument("trace_path", metavar="TRACE")
+@click.option("--policy", "-p", "policy_text", default="sits,semantic-shard", show_default=True,
+              help="Comma-separated policy names, or 'all'.")
+@click.option("--capacity", "-c", "capacity_text", default="10%", show_default=True,
+              help="Capacities in blocks (1000, 10k) or % of the trace's distinct blocks.")
+@click.option("--calibration", default=None, help="Calibration JSON (default: hopper-published, not measured).")
+@click.option("--model", "model_name", default=None, help="Model preset for the cost model (default qwen2-72b).")
+@click.option("--bind", "addr", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=9464, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port).")
+@click.option("--duration", type=click.FloatRange(min=0), default=None,
+              help="Serve for this many seconds, then exit (default: until interrupted).")
+@click.option("--once", is_flag=True, help="Print the metrics in Prometheus text format and exit (no server).")
+def serve_metrics(trace_path, policy_text, capacity_text, calibration, model_name, addr, port, duration, once):
+    """Replay TRACE, then expose semantic_cache_hit_ratio, shard_eviction_rate and CTCCI to Prometheus."""
+    from sitsprof.policies.metrics import build_registry, exposition, serve
+
+    from .policy import load_trace, parse_capacities, parse_policies
+
+    policies = parse_policies(policy_text)
+    trace, _ = load_trace(trace_path, None, False)
+    capacities = parse_capacities(capacity_text, trace.n_blocks)
+    results = run_policies(trace, policies, capacities, show=not once, calibration=calibration, model=model_name)
+    span = float(trace.time[-1] - trace.time[0]) if len(trace) else 0.0
+    registry = build_registry(results, span)
+    if once:
+        click.echo(exposition(registry), nl=False)
+        return
+    server, _thread = serve(registry, port=port, addr=addr)
+    host, bound = server.server_address[:2]
+    click.echo(f"serving metrics of {len(results)} run(s) at http://{host}:{bound}/metrics (Ctrl-C stops)", err=True)
+    try:
+        if duration is None:
+            while True:
+                time.sleep(3600)
+        time.sleep(duration)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _register() -> None:
+    from .policy import policy_group
+
+    if "serve-metrics" not in policy_group.commands:
+        policy_group.add_command(serve_metrics)
+
+
+_register()
+COMMANDS: list = []  # serve-metrics joins the `policy` group above

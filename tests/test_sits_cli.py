@@ -1,0 +1,106 @@
+"""SITS through the CLI: `policy simulate --policy sits,semantic-shard --calibration` with the
+events in --json, refused calibrations, `policy serve-metrics`, and the demo's SITS rows."""
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from sitsprof.policies.generator import generate_requests, write_mooncake_jsonl
+from sitsprof.policies.metrics import build_registry, exposition, serve
+from sitsprof.policies.readers import read_trace
+from sitsprof.policies import sits
+from sitsprof.reports.calibration import load_calibration, write_calibration
+from test_cli_policy import run  # main(args) -> (exit code, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sits-cli") / "small.jsonl"
+    write_mooncake_jsonl(generate_requests(seed=4, duration_s=300), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def slow_hbm(tmp_path_factory):
+    """The reference calibration with a tenth of the HBM bandwidth."""
+    cal = load_calibration()
+    cal["name"] = "slow-hbm"
+    cal["bandwidth"]["hbm_read_gbs"] /= 10
+    return write_calibration(cal, tmp_path_factory.mktemp("cal") / "slow.json")
+
+
+def test_simulate_sits_json_carries_events_cost_and_metrics(capsys, small_trace, slow_hbm):
+    code, out, err = run(capsys, "policy", "simulate", str(small_trace), "--policy", "sits,semantic-shard",
+                         "--capacity", "300", "--calibration", str(slow_hbm), "--json")
+    assert code == 0, err
+    rows = {r["policy"]: r for r in json.loads(out)["results"]}
+    s = rows["sits"]["extra"]
+    assert s["cost"]["calibration"] == "slow-hbm" and s["cost"]["ttft_p99_ms"] > 0
+    decisions = [e for e in s["events"] if e["event"] == "decision"]
+    assert len(decisions) == s["windows"] >= 5  # 300 s of trace in 60 s windows
+    assert {"time", "window", "H", "d_ms", "score", "action"} <= set(decisions[0])
+    shard = rows["semantic-shard"]["extra"]
+    assert shard["semantic_cache_hit_ratio"] == rows["semantic-shard"]["block_hit_ratio"]
+    assert shard["shard_eviction_rate"] >= 0 and shard["ttl_s"] == 180.0
+    assert "ctcci" in shard["tenancy"]
+    # the direct call agrees with the CLI
+    direct = sits.run(read_trace(small_trace), 300, calibration=str(slow_hbm))
+    assert direct.hits == rows["sits"]["hits"]
+
+
+def test_calibration_changes_the_cost_not_the_hits(capsys, small_trace, slow_hbm):
+    docs = []
+    for extra in ([], ["--calibration", str(slow_hbm)]):
+        code, out, err = run(capsys, "policy", "simulate", str(small_trace), "-p", "lru", "-c", "300", "--json", *extra)
+        assert code == 0, err
+        docs.append(json.loads(out)["results"][0])
+    assert docs[0]["hits"] == docs[1]["hits"]
+    assert docs[1]["extra"]["cost"]["ttft_p50_ms"] > docs[0]["extra"]["cost"]["ttft_p50_ms"]
+
+
+def test_invalid_calibration_is_one_line_naming_the_field(capsys, small_trace, tmp_path):
+    bad = tmp_path / "bad.json"
+    cal = load_calibration()
+    cal["latency"]["hbm"]["unit"] = "parsecs"
+    bad.write_text(json.dumps(cal))
+    code, out, err = run(capsys, "policy", "simulate", str(small_trace), "-p", "sits", "-c", "300",
+                         "--calibration", str(bad))
+    assert code == 2 and out == ""
+    assert err.strip() == f"sitsprof: error: {bad}: latency.hbm.unit: must be one of cycles, ns, got 'parsecs'"
+
+
+def test_serve_metrics_once_prints_the_named_metrics(capsys, small_trace):
+    code, out, err = run(capsys, "policy", "serve-metrics", str(small_trace), "-c", "300", "--once")
+    assert code == 0, err
+    for name in ("semantic_cache_hit_ratio", "shard_eviction_rate", "cross_tenant_cache_contamination_index",
+                 "ttft_p99_seconds", "sits_behaviour_switches"):
+        assert f"# TYPE {name} gauge" in out
+    assert 'semantic_cache_hit_ratio{capacity="300",policy="semantic-shard"}' in out
+
+
+def test_metrics_server_binds_localhost(small_trace):
+    trace = read_trace(small_trace)
+    result = sits.run(trace, 300)
+    registry = build_registry([result], float(trace.time[-1] - trace.time[0]))
+    server, _ = serve(registry, port=0)
+    try:
+        host, port = server.server_address[:2]
+        assert host == "127.0.0.1"
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert body == exposition(registry) or "semantic_cache_hit_ratio" in body
+        line = next(x for x in body.splitlines() if x.startswith("semantic_cache_hit_ratio{"))
+        assert float(line.split()[-1]) == pytest.approx(result.block_hit_ratio)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_demo_includes_the_sits_policies(capsys, tmp_path):
+    code, out, err = run(capsys, "demo", "--duration", "120", "--out", str(tmp_path / "demo"))
+    assert code == 0, err
+    doc = json.loads((tmp_path / "demo" / "results.json").read_text())
+    policies = {r["policy"] for r in doc["results"]}
+    assert {"sits", "semantic-shard"} <= policies
+    assert "cost model: calibration hopper-published" in out
