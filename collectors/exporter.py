@@ -85,6 +85,8 @@ class NvmlCollector:
                     pass
 
     def _read(self, h) -> dict:
+        from sitsprof.pmu.device import event_reasons
+
         p = self.pynvml
         values = {}
         readers = {
@@ -92,13 +94,15 @@ class NvmlCollector:
             "DCGM_FI_DEV_MEM_CLOCK": lambda: p.nvmlDeviceGetClockInfo(h, p.NVML_CLOCK_MEM),
             "DCGM_FI_DEV_GPU_TEMP": lambda: p.nvmlDeviceGetTemperature(h, p.NVML_TEMPERATURE_GPU),
             "DCGM_FI_DEV_POWER_USAGE": lambda: p.nvmlDeviceGetPowerUsage(h) / 1000.0,
-            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": lambda: p.nvmlDeviceGetCurrentClocksEventReasons(h),
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": lambda: event_reasons(h),
         }
         for name, reader in readers.items():
             try:
-                values[name] = float(reader())
+                value = reader()
             except p.NVMLError:
                 continue
+            if value is not None:
+                values[name] = float(value)
         try:
             util = p.nvmlDeviceGetUtilizationRates(h)
             values["DCGM_FI_DEV_GPU_UTIL"], values["DCGM_FI_DEV_MEM_COPY_UTIL"] = float(util.gpu), float(util.memory)
