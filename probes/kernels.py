@@ -31,7 +31,8 @@ KERNEL_FILES: dict[str, tuple[str, ...]] = {
     "bandwidth": ("bw_read", "bw_write", "bw_copy"),
     "loaded": ("loaded_chase", "saturator_read", "saturator_copy"),
 }
-NVCC_OPTIONS = ("-std=c++17", "-lineinfo")
+# No -std: C++17 is the default of nvcc and NVRTC 13, and CuPy may add its own -std.
+NVCC_OPTIONS = ("-lineinfo",)
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
 
 
@@ -171,7 +172,7 @@ def _compile_nvrtc(name: str, source: str, arch: str) -> CompileResult:
 
     check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), f"{name}.cu".encode(), 0, None, None), "create")
     try:
-        opts = [f"-arch={arch}", "-std=c++17", "-lineinfo", "-Xptxas=-v"]
+        opts = [f"-arch={arch}", *NVCC_OPTIONS, "-Xptxas=-v"]
         arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
         status = lib.nvrtcCompileProgram(prog, len(opts), arr)
         size = ctypes.c_size_t()
