@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from sitsprof.pmu.errors import ClockPermissionError, ClockValueError, PmuError, UnsupportedError
@@ -320,10 +322,6 @@ def _signals_ignored():
 
 
 def _record(index: int, uuid: str, resolved: dict, before: dict, persistent: bool) -> dict:
-    from datetime import datetime, timezone
-
-    import shlex
-
     return {
         "uuid": uuid, "index": index, "pid": os.getpid(), "host": socket.gethostname(),
         "persistent": persistent, "changed": [k for k in ("sm", "memory") if resolved.get(k) is not None],
