@@ -158,3 +158,27 @@ def test_request_offsets_match_the_trace():
         assert ours.tolist() == trace.request_offsets.tolist()
     request = np.array([0, 0, 2, 2, 3], dtype=np.int64)  # request 1 has no references
     assert _request_offsets(request, 4).tolist() == [0, 2, 2, 4, 5]
+
+
+def test_kernel_parameters_reach_the_kernel():
+    """A policy module with a parameter: simulate passes it through and records it."""
+    import types
+
+    from numba import njit
+
+    @njit
+    def kernel(block, req_offsets, n_blocks, capacity, hit, every=1):
+        # a toy policy that writes only the flags of every `every`-th of the first
+        # `capacity` references, leaving the others as they were
+        for i in range(0, min(capacity, block.shape[0]), every):
+            hit[i] = 1
+        return 0, 0
+
+    toy = types.ModuleType("toy")
+    toy.NAME, toy.DESCRIPTION, toy.KERNEL = "toy", "toy", kernel
+    trace = np.arange(6)
+    assert simulate(trace, toy, 6).hits == 6
+    r = simulate(trace, toy, 6, every=3)
+    assert r.hits == 2 and r.extra == {"every": 3}
+    # flags a kernel leaves unwritten read as misses, not as the previous replay's hits
+    assert [r.hits for r in simulate_many(trace, [toy], [5, 2])] == [5, 2]

@@ -152,3 +152,41 @@ def test_lfu_and_sieve_differ():
     trace = trace_from_ids(np.array([0, 0, 1, 1, 2, 3, 1]))
     assert hit_flags(trace, "lfu", 2) == [0, 1, 0, 1, 0, 0, 1]
     assert hit_flags(trace, "sieve", 2) == [0, 1, 0, 1, 0, 0, 0]
+
+
+def prefix_lru_model(requests, capacity):
+    """A plain-Python vLLM-style block pool: dict of free blocks in queue order."""
+    free: dict[int, None] = {}  # insertion order = queue order, front first
+    in_use: set[int] = set()
+    flags = []
+    for req in requests:
+        for b in req:
+            if b in in_use or b in free:
+                flags.append(1)
+                free.pop(b, None)
+                in_use.add(b)
+                continue
+            flags.append(0)
+            if len(in_use) + len(free) >= capacity:
+                if not free:
+                    continue  # everything is pinned by this request: not cached
+                del free[next(iter(free))]
+            in_use.add(b)
+        for b in reversed(req):
+            if b in in_use:
+                in_use.discard(b)
+                free[b] = None
+    return flags
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    requests=st.lists(st.lists(st.integers(0, 20), min_size=1, max_size=10), min_size=1, max_size=30),
+    capacity=st.integers(1, 25),
+)
+def test_prefix_lru_matches_a_python_model(requests, capacity):
+    trace = requests_trace(requests)
+    dense = trace.block.tolist()
+    offsets = trace.request_offsets
+    dense_requests = [dense[offsets[r]:offsets[r + 1]] for r in range(len(requests))]
+    assert hit_flags(trace, "prefix_lru", capacity) == prefix_lru_model(dense_requests, capacity)
