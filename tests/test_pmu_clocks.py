@@ -109,3 +109,23 @@ def test_run_refuses_to_lock_over_clocks_lock(fake_gpu):
     assert session.before["sm_mhz"] == 1500
     clocks.lock_persistent(0, sm="max")  # re-locking with `clocks lock` is fine
     assert _dev(fake_gpu)["locked_gpu"] == [1980, 1980]
+
+
+def test_two_gpus_reset_only_what_sitsprof_locked(tmp_path, monkeypatch):
+    import fake_nvml
+
+    state = fake_nvml.default_state(devices=[fake_nvml._h200(0), fake_nvml._h200(1)])
+    monkeypatch.setenv("SITSPROF_STATE_DIR", str(tmp_path / "state"))
+    fake = fake_nvml.install(state)
+    try:
+        clocks.lock_persistent(1, sm="base")
+        assert fake.state["devices"][1]["locked_gpu"] == [1755, 1755]
+        assert fake.state["devices"][0]["locked_gpu"] is None
+        calls_before = fake.calls.get("nvmlDeviceResetGpuLockedClocks", 0)
+        done = clocks.reset_clocks()
+        assert [d["index"] for d in done] == [1]  # GPU 0 untouched
+        assert fake.calls["nvmlDeviceResetGpuLockedClocks"] == calls_before + 1
+        assert fake.state["devices"][1]["locked_gpu"] is None
+        assert [d["index"] for d in clocks.reset_clocks()] == [0, 1]  # no records: all GPUs
+    finally:
+        fake_nvml.uninstall()
