@@ -61,6 +61,20 @@ def push_tail_s(prev, nxt, head, tail, x):
 
 
 @njit(cache=True, inline="always")
+def insert_after_s(prev, nxt, head, tail, at, x):
+    """Insert unlinked `x` right after member `at` (towards the tail); returns (head, tail)."""
+    after = nxt[at]
+    prev[x] = at
+    nxt[x] = after
+    nxt[at] = x
+    if after == NIL:
+        tail = x
+    else:
+        prev[after] = x
+    return head, tail
+
+
+@njit(cache=True, inline="always")
 def unlink_s(prev, nxt, head, tail, x):
     """Remove member `x`; returns the new (head, tail)."""
     p = prev[x]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, new_lists, push_head_s, push_tail_s, unlink_s
+from ._structs import NIL, insert_after_s, new_lists, push_head_s, push_tail_s, unlink_s
 
 NAME = "lfu"
 DESCRIPTION = "Least frequently used, FIFO among equal counts, counts forgotten on eviction"
@@ -48,14 +48,7 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit):
                 to = spare[n_spare]
                 freq[to] = f
                 first[to] = last[to] = NIL
-                after = node_next[nd]
-                node_prev[to] = nd
-                node_next[to] = after
-                node_next[nd] = to
-                if after == NIL:
-                    highest = to
-                else:
-                    node_prev[after] = to
+                lowest, highest = insert_after_s(node_prev, node_next, lowest, highest, nd, to)
             first[nd], last[nd] = unlink_s(prev, nxt, first[nd], last[nd], b)
             first[to], last[to] = push_tail_s(prev, nxt, first[to], last[to], b)
             node_of[b] = to
