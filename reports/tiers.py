@@ -134,7 +134,7 @@ def _total_cost(y, bounds) -> float:
     return float(sum(cost(i, j) for i, j in bounds))
 
 
-def segment(footprints: Sequence[int], latencies, min_ratio: float = 1.12, max_segments: int = 10,
+def segment(footprints: Sequence[int], latencies, min_ratio: float = 1.12, max_segments: int = 16,
             penalty: float | None = None, noise_floor: float = 0.01) -> Segmentation:
     """Plateaus of latency against footprint (see the module docstring).
 
@@ -182,9 +182,10 @@ def _finish(fp, med, bounds, min_ratio, noise) -> Segmentation:
         if segs and s.level / segs[-1].level < min_ratio:
             s = make(segs.pop().start, j)
         segs.append(s)
-    # 2. inner segments whose level lies between their neighbours' and that are short (under
-    # 3/4 of an octave at the sweep's density of footprints) or, under 2 octaves, climb across
-    # themselves by more than the noise allows (a ramp) are transitions (footprints straddling a capacity), not plateaus
+    # 2. inner segments that are short (under 3/4 of an octave at the sweep's density of
+    # footprints: a step straddling a capacity, or a one-off spike), or that lie between their
+    # neighbours' levels and, under 2 octaves, climb across themselves by more than the noise
+    # allows (a ramp), are transitions, not plateaus
     octaves = np.log2(fp[-1] / fp[0]) if fp.size > 1 else 0.0
     density = (fp.size - 1) / octaves if octaves > 0 else np.inf
     y = np.log(med)
@@ -196,7 +197,7 @@ def _finish(fp, med, bounds, min_ratio, noise) -> Segmentation:
         span = s.n_points / density  # octaves
         short = span < 0.75
         ramp = between and span < 2.0 and _is_ramp(y, s, max(4.0 * noise, np.log(min_ratio) / 2.0))
-        (transitions if between and (short or ramp) else plateaus).append(s)
+        (transitions if (inner and short) or ramp else plateaus).append(s)
     # 3. plateaus that met across removed transitions merge again under the same rule
     merged: list[Segment] = []
     for s in plateaus:

@@ -65,6 +65,18 @@ def test_transition_points_are_not_tiers():
     assert seg.transitions and all(160 * KiB < t.footprint_lo <= 1 * MiB for t in seg.transitions)
 
 
+def test_a_one_footprint_spike_is_not_a_tier():
+    fps, med = ladder(4)
+    k = int(np.searchsorted(fps, 4 * MiB))
+    for factor in (1.6, 3.0):  # one noisy footprint inside the near-L2 plateau
+        spiked = med.copy()
+        spiked[k] *= factor
+        tiers = detect_tiers(fps, spiked, l2_bytes=L2)
+        assert [t.name for t in tiers] == ["l1", "l2_near", "l2_far", "hbm"]
+        assert tiers[1].level == pytest.approx(275, rel=0.03)
+        assert tiers[1].footprint_lo < fps[k] < tiers[1].footprint_hi  # absorbed, the plateau not split
+
+
 def test_names_by_order_without_l2_size_and_for_l1_bypassing_chase():
     fps, med = ladder(4)
     assert [t.name for t in detect_tiers(fps, med)] == ["l1", "l2_near", "l2_far", "hbm"]
