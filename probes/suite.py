@@ -1,8 +1,9 @@
 """The probe suites (`quick`, `full`): plans sized from the device, and running them into a run directory.
 
-The quick suite is sized to finish in about 3 minutes on an H200 (most of it is the warm-up
-passes of the L2-sized ladder footprints and the kernel compiles); `estimate_seconds` gives
-the planner's own estimate from access counts and nominal latencies, shown by `--dry-run`.
+The quick suite is sized to finish well inside 3 minutes on an H200 (by the planner's own
+estimate from access counts and nominal latencies, `estimate_seconds`, shown by `--dry-run`;
+it has not been timed on a GPU yet). Most of it is the warm-up passes of the ladder
+footprints up to twice the L2, and the kernel compiles.
 """
 from __future__ import annotations
 
