@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, move_to_head_s, new_lists, push_head_s, unlink_s
+from ._structs import NIL, move_to_head_s, push_head_s, unlink_s
 from .errors import PolicyEngineError
 from .trace import Trace
 
@@ -162,24 +162,16 @@ def replay_window(block, lo, hi, prev, nxt, where, ends, sizes, state, behaviour
             hb2, tb2 = unlink_s(prev, nxt, hb2, tb2, b)
             nb2 -= 1
         if behaviour == RECENCY:
-            # One LRU list (T2); T1, holding what a scan period admitted, drains first.
+            # One LRU list (T2); T1, holding what a scan period admitted, drains first. Victims
+            # are forgotten, not kept as ghosts: ghost upkeep would double the cost of a miss.
             while n1 + n2 + 1 > capacity:
                 evictions += 1
                 if n1 > 0:
-                    h1, t1, hb1, tb1 = _demote(prev, nxt, where, h1, t1, hb1, tb1, _B1)
+                    h1, t1 = _forget(prev, nxt, where, h1, t1)
                     n1 -= 1
-                    nb1 += 1
                 else:
-                    h2, t2, hb2, tb2 = _demote(prev, nxt, where, h2, t2, hb2, tb2, _B2)
+                    h2, t2 = _forget(prev, nxt, where, h2, t2)
                     n2 -= 1
-                    nb2 += 1
-            while n1 + n2 + nb1 + nb2 + 1 > 2 * capacity:
-                if nb2 > 0:
-                    hb2, tb2 = _forget(prev, nxt, where, hb2, tb2)
-                    nb2 -= 1
-                else:
-                    hb1, tb1 = _forget(prev, nxt, where, hb1, tb1)
-                    nb1 -= 1
             h2, t2 = push_head_s(prev, nxt, h2, t2, b)
             n2 += 1
             where[b] = _T2
@@ -226,14 +218,29 @@ def replay_window(block, lo, hi, prev, nxt, where, ends, sizes, state, behaviour
 class HybridCache:
     """The SITS cache's metadata (ARC's four lists and p), resumable window by window."""
 
+    # Everything a switch must copy. Separate contiguous arrays measured faster here than one
+    # row per block (strided column views), and an int8 list code faster than an int32 one.
+    BUFFERS = ("prev", "nxt", "where", "ends", "sizes", "state")
+
     def __init__(self, n_blocks: int, capacity: int):
         self.capacity = int(capacity)
-        self.prev, self.nxt, _, _ = new_lists(n_blocks, 1)
-        self.where = np.full(max(n_blocks, 1), NIL, dtype=np.int8)
+        n = max(n_blocks, 1)
+        self.prev = np.full(n, NIL, dtype=np.int32)
+        self.nxt = np.full(n, NIL, dtype=np.int32)
+        self.where = np.full(n, NIL, dtype=np.int8)
         self.ends = np.full(8, NIL, dtype=np.int32)  # head, tail of T1, T2, B1, B2
         self.sizes = np.zeros(4, dtype=np.int64)  # entries in T1, T2, B1, B2
         self.state = np.zeros(2, dtype=np.float64)  # ARC's p, most blocks ever resident
         self.evictions = 0
+
+    def snapshot(self) -> dict:
+        """A copy of the metadata (the back buffer of a double-buffered switch)."""
+        return {name: getattr(self, name).copy() for name in self.BUFFERS}
+
+    def adopt(self, buffers: dict) -> None:
+        """Make `buffers` (from snapshot) the live metadata."""
+        for name in self.BUFFERS:
+            setattr(self, name, buffers[name])
 
     def replay(self, block, lo, hi, behaviour, hit) -> int:
         e = replay_window(block, lo, hi, self.prev, self.nxt, self.where, self.ends, self.sizes, self.state,

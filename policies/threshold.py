@@ -28,7 +28,6 @@ import numpy as np
 from ..reports.calibration import latency_ns, load_calibration
 from .errors import PolicyEngineError
 
-BUFFER_FIELDS = ("prev", "nxt", "where", "ends", "sizes", "state")
 
 
 @dataclass
@@ -85,7 +84,7 @@ class ThresholdEngine:
     def hot_switch(self, cache, t: float, window: int, events: list) -> bool:
         """Prepare the back buffer, then swap it in or roll back; True when SITS took over."""
         self.attempts += 1
-        back = {name: getattr(cache, name).copy() for name in BUFFER_FIELDS}
+        back = cache.snapshot()
         cost = self.switch_cost_ms(cache)
         self.last_switch_ms = cost
         base = {"time": float(t), "window": int(window), "switch_ms": round(cost, 3), "budget_ms": self.budget_ms}
@@ -96,8 +95,7 @@ class ThresholdEngine:
             events.append({"event": "alert", **base,
                            "message": f"hot switch needed {cost:.1f} ms of model time, over the {self.budget_ms:g} ms budget; rolled back"})
             return False
-        for name, array in back.items():
-            setattr(cache, name, array)
+        cache.adopt(back)
         self.fired = True
         events.append({"event": "switch", **base, "from": "baseline", "to": "sits"})
         return True

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sitsprof.policies.sits import HybridCache, SCAN
-from sitsprof.policies.threshold import BUFFER_FIELDS, ThresholdEngine
+from sitsprof.policies.threshold import ThresholdEngine
 
 
 def _cache(entries=100):
@@ -57,7 +57,7 @@ def test_drift_history_is_the_last_fifteen_minutes():
 
 def test_overrun_rolls_back_and_alerts():
     cache = _cache(100)
-    before = {name: getattr(cache, name).copy() for name in BUFFER_FIELDS}
+    before = cache.snapshot()
     engine = ThresholdEngine(entry_ns=1e6, budget_ms=50.0)  # 100 entries * 1 ms = 100 ms > 50
     events, armed = _feed(engine, [100, 100, 100, 100, 300, 300, 300], cache)
     assert not any(armed)
@@ -71,11 +71,13 @@ def test_overrun_rolls_back_and_alerts():
 
 def test_within_budget_swaps_the_back_buffer():
     cache = _cache(100)
+    old = cache.snapshot()
     old_where = cache.where
     engine = ThresholdEngine(entry_ns=1e6, budget_ms=200.0)  # 100 ms <= 200
     _feed(engine, [100, 100, 100, 100, 300, 300, 300], cache)
-    assert engine.fired and cache.where is not old_where
-    assert np.array_equal(cache.where, old_where)
+    assert engine.fired and cache.where is not old_where  # the back buffer is now live
+    for name, array in old.items():
+        assert np.array_equal(getattr(cache, name), array), name
 
 
 def test_entry_cost_defaults_to_calibrated_hbm_latency():
