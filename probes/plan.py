@@ -131,8 +131,9 @@ def check_sms(device: DeviceLimits, sms: int, what: str) -> None:
 
 
 def ring_bytes(lines: int) -> int:
-    """Device memory the ring's order array takes while it is built (uint64 per line)."""
-    return 8 * (lines + 1)
+    """Device memory taken while a ring is built: the uint64 order array, its int64 original
+    and the permutation's sort temporaries (about four 8-byte words per link)."""
+    return 32 * (lines + 1)
 
 
 @dataclass

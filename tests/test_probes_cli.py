@@ -62,7 +62,7 @@ def test_without_gpu_one_line_and_status_2(no_gpu, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (("probe", "latency", "--max-footprint", "400GiB"), r"needs 4\d\d GiB of device memory but GPU 0 .* has 79 GiB free"),
+    (("probe", "latency", "--max-footprint", "400GiB"), r"needs \d+ GiB of device memory but GPU 0 .* has 79 GiB free"),
     (("probe", "bandwidth", "--sms", "200"), r"200 SMs asked for, but GPU 0 .* has 132 SMs"),
     (("probe", "loaded", "--sms", "133"), r"saturator: 133 SMs asked for"),
     (("probe", "loaded", "--levels", "1"), r"--levels must be at least 2"),
