@@ -89,6 +89,8 @@ def _apply(plan, part: str, opts: dict, limits) -> None:
             plan.loaded = replace(plan.loaded, hbm_footprint=size("max_footprint"))
         if opts.get("sms"):
             plan.loaded = replace(plan.loaded, saturator=replace(plan.loaded.saturator, active_sms=opts["sms"]))
+        if opts.get("saturator"):
+            plan.loaded = replace(plan.loaded, saturator_kind=opts["saturator"])
 
 
 def _print_plan(console, plan, limits, dry_run: bool) -> None:
@@ -220,6 +222,8 @@ _probe_command("loaded", "Latency on one SM while a saturator streams on the oth
     click.option("--retouch", default=None, help="Re-touched L2-resident set (default 64KiB)."),
     click.option("--max-footprint", default=None, help="HBM chase footprint."),
     click.option("--sms", type=int, default=None, help="Saturator SMs (default all; the probe's SM is left free)."),
+    click.option("--saturator", type=click.Choice(["read", "copy"]), default=None,
+                 help="Saturator traffic: read (default) or copy (reads and writes)."),
 ])
 
 

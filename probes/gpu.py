@@ -250,10 +250,14 @@ class Probes:
         stats = np.array([0, U64_MAX, 0, 0, 0], dtype=np.uint64)
         return cp.asarray(ctl), cp.asarray(stats)
 
-    def _saturate(self, cfg: StreamConfig, src, nvec: int, sleep_ns: int, below: int, ctl, stats, max_ns: int):
-        self.kernel("loaded", "saturator_read")((cfg.grid(self.limits.sm_count),), (cfg.threads,),
-                                                (src, np.uint64(nvec), np.uint32(sleep_ns), np.uint32(below), ctl,
-                                                 stats, np.uint64(max_ns), self._sink))
+    def _saturate(self, cfg: StreamConfig, bufs: tuple, nvec: int, sleep_ns: int, below: int, ctl, stats,
+                  max_ns: int):
+        """saturator_read (bufs = (src,)) or saturator_copy (bufs = (src, dst))."""
+        name = "saturator_read" if len(bufs) == 1 else "saturator_copy"
+        tail = (self._sink,) if len(bufs) == 1 else ()
+        self.kernel("loaded", name)((cfg.grid(self.limits.sm_count),), (cfg.threads,),
+                                    bufs + (np.uint64(nvec), np.uint32(sleep_ns), np.uint32(below), ctl, stats,
+                                            np.uint64(max_ns)) + tail)
 
     def loaded(self, plan: LoadedPlan, progress: Progress = _noop) -> dict:
         """Loaded latency -> {'loaded': per-sample rows, 'loaded_calibration': saturator alone}."""
@@ -264,7 +268,8 @@ class Probes:
         plan.validate(self.limits)
         self._need_calibration()
         cfg = plan.saturator
-        sat = cp.zeros(plan.saturator_bytes, dtype=cp.uint8)
+        sat = tuple(cp.zeros(plan.saturator_bytes, dtype=cp.uint8)
+                    for _ in range(2 if plan.saturator_kind == "copy" else 1))
         nvec = cfg.vectors(plan.saturator_bytes, self.limits.sm_count)
         below = self.sm_threshold(cfg.active_sms)  # learnt here, not inside the streams below
         # 1. the saturator alone at each throttle: bandwidth against sleep per iteration
@@ -273,7 +278,8 @@ class Probes:
             ctl, stats = self._control(probe_present=False)
             self._saturate(cfg, sat, nvec, sleep, below, ctl, stats, plan.calibration_ns)
             cp.cuda.runtime.deviceSynchronize()
-            cal.append({"throttle_ns": int(sleep), "achieved_gbs": analysis.saturator_gbs(stats.get()),
+            cal.append({"saturator": plan.saturator_kind, "throttle_ns": int(sleep),
+                        "achieved_gbs": analysis.saturator_gbs(stats.get()),
                         "blocks": cfg.grid(self.limits.sm_count), "threads": cfg.threads})
         progress(1)
         cal_frame = pd.DataFrame(cal)

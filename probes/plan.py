@@ -309,6 +309,7 @@ class LoadedPlan:
     settle_ns: int = 200_000
     max_ns: int = 2_000_000_000   # saturator stops by itself after this, whatever happens
     retouch_gap_ns: int = 0
+    saturator_kind: str = "read"  # "read" (saturator_read) or "copy" (saturator_copy: reads + writes)
     seed: int = 0
 
     @property
@@ -318,7 +319,8 @@ class LoadedPlan:
     @property
     def need_bytes(self) -> int:
         lines = self.hbm_footprint // LINE_BYTES
-        return (self.hbm_footprint + self.retouch_bytes + self.saturator_bytes + ring_bytes(lines)
+        copies = 2 if self.saturator_kind == "copy" else 1
+        return (self.hbm_footprint + self.retouch_bytes + copies * self.saturator_bytes + ring_bytes(lines)
                 + 8 * self.samples)
 
     def for_device(self, device: DeviceLimits) -> "LoadedPlan":
@@ -333,6 +335,8 @@ class LoadedPlan:
             raise PlanError(f"loaded latency needs at least 2 SMs (probe + saturator); {device.describe()} has "
                             f"{device.sm_count}")
         self.saturator.validate(device, "the saturator")
+        if self.saturator_kind not in ("read", "copy"):
+            raise PlanError(f"saturator {self.saturator_kind!r}: use read or copy")
         if len(self.targets) < 1 or any(not 0 < t <= 1 for t in self.targets):
             raise PlanError("load targets must be fractions in (0, 1] of the saturator's peak")
         if self.samples < 1:

@@ -61,7 +61,7 @@ class SuitePlan:
             f"{len(bw.configs)} intensity settings x {bw.reps} reps",
             f"loaded: {ld.levels} levels (idle + {len(ld.targets)} targets up to {max(ld.targets):.0%}), "
             f"HBM chase over {format_size(ld.hbm_footprint)}, re-touch set {format_size(ld.retouch_bytes)}, "
-            f"saturator over {format_size(ld.saturator_bytes)}",
+            f"{ld.saturator_kind} saturator over {format_size(ld.saturator_bytes)}",
         ]
 
     def estimate_seconds(self) -> dict[str, float]:

@@ -134,7 +134,7 @@ class FakeProbes:
                                             achieved_gbs=4000 * frac, bandwidth_fraction=frac, probe_sm=0,
                                             saturator_blocks=524 * (level > 0), blocks_left_probe_sm=4 * (level > 0),
                                             footprint_bytes=64 * 1024))
-        cal = pd.DataFrame({"throttle_ns": [0, 100], "achieved_gbs": [4000.0, 3000.0], "blocks": 528,
+        cal = pd.DataFrame({"saturator": "read", "throttle_ns": [0, 100], "achieved_gbs": [4000.0, 3000.0], "blocks": 528,
                             "threads": 512})
         return {"loaded": A.add_replacement_delay(pd.concat(frames, ignore_index=True)),
                 "loaded_calibration": cal, "peak_gbs": 4000.0}

@@ -172,6 +172,10 @@ class Emulator:
         self._chase(start, warm, n, lat, sink, cached=False)
         ctl.a[2] = 1
 
+    def saturator_copy(self, grid, block, src, dst, nvec, sleep, below, ctl, stats, max_ns):
+        assert int(nvec) * 16 <= dst.a.nbytes and dst.ptr != src.ptr
+        self.saturator_read(grid, block, src, nvec, sleep, below, ctl, stats, max_ns, None)
+
     def saturator_read(self, grid, block, src, nvec, sleep, below, ctl, stats, max_ns, sink):
         assert int(nvec) * 16 <= src.a.nbytes and int(nvec) % (grid[0] * block[0] * 4) == 0
         assert int(below) == 0xFFFFFFFF  # all SMs (the probe's is left by placement)
@@ -302,6 +306,12 @@ def test_probes_launch_with_the_declared_arguments(emulated):
     assert fracs[1] == pytest.approx(0.5, rel=0.02) and fracs[2] == pytest.approx(1.0)
     rt = table[table["access"] == "retouch"]
     assert rt["latency_cycles"].iloc[0] == 280 and rt["replacement_delay_cycles"].abs().max() == 0
+
+    copy = p.loaded(LoadedPlan(hbm_footprint=2 * MiB, retouch_bytes=64 * KiB, saturator_bytes=4 * MiB,
+                               targets=[1.0], samples=64, calibration_sleeps_ns=[0, 1000],
+                               saturator=StreamConfig(active_sms=0, blocks_per_sm=2, threads=256),
+                               saturator_kind="copy"))
+    assert "saturator_copy" in emulated.calls and set(copy["loaded_calibration"]["saturator"]) == {"copy"}
 
 
 def test_sitsprof_run_end_to_end_on_emulated_kernels(emulated, fake_gpu, tmp_path, capsys):

@@ -119,6 +119,10 @@ def test_loaded_plan_checks_the_sets_against_the_l2():
         LoadedPlan(512 * MiB, 40 * MiB, 1 * GiB).for_device(H200).validate(H200)
     with pytest.raises(PlanError, match="at least twice"):
         LoadedPlan(64 * MiB, 64 * KiB, 1 * GiB).for_device(H200).validate(H200)
+    with pytest.raises(PlanError, match="use read or copy"):
+        LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB, saturator_kind="write").for_device(H200).validate(H200)
+    copy = LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB, saturator_kind="copy")
+    assert copy.need_bytes - LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB).need_bytes == 1 * GiB  # a destination
     with pytest.raises(PlanError, match="fractions"):
         LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB, targets=[0.5, 1.5]).for_device(H200).validate(H200)
 
