@@ -22,7 +22,10 @@ def _table(run, name):
 
 def check_figures(run) -> dict:
     """{'clock_mhz', 'tiers': [...], 'copy': {...}, 'loaded': {...}, 'missing': [...]}."""
+    clocks = run.meta.get("clocks") if isinstance(run.meta.get("clocks"), dict) else {}
+    applied = clocks.get("applied") if isinstance(clocks.get("applied"), dict) else {}
     out: dict = {"clock_mhz": run.meta.get("sm_clock_mhz"), "published_mhz": PUBLISHED_MHZ,
+                 "nvml_sm_mhz": applied.get("sm_mhz"), "clock_mode": clocks.get("mode"),
                  "tiers": [], "copy": None, "loaded": None, "missing": []}
     tiers = _table(run, "latency_tiers")
     if tiers is None or tiers.empty:
@@ -67,8 +70,10 @@ def check_figures(run) -> dict:
 
 def format_figures(fig: dict) -> list[str]:
     """Plain lines for a terminal or a closing note."""
-    lines = [f"SM clock {fig['clock_mhz'] or float('nan'):.0f} MHz (published plateaus are at "
-             f"{fig['published_mhz']:.0f} MHz)"]
+    nvml = (f"; NVML read {fig['nvml_sm_mhz']} MHz with the clocks locked" if fig.get("nvml_sm_mhz")
+            else f"; clocks {fig.get('clock_mode') or 'not recorded'}")
+    lines = [f"SM clock {fig['clock_mhz'] or float('nan'):.0f} MHz measured (clock64 against %globaltimer{nvml}); "
+             f"published plateaus are at {fig['published_mhz']:.0f} MHz"]
     for t in fig["tiers"]:
         lo, hi = t["published_cycles"]
         pub = f"{lo}" if lo == hi else f"{lo}-{hi}"

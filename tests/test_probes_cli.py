@@ -192,6 +192,7 @@ def test_figures_read_back_from_the_run(tmp_path, capsys):
     assert fig["loaded"]["levels"] == 9 and fig["loaded"]["meets"]
     code, out, err = run_cli(capsys, "probe", "figures", str(tmp_path / "r"))
     assert code == 0 and "l2_near" in out and "within 15%" in out and "9 levels up to 100% of peak" in out
+    assert "1980 MHz measured" in out
     with RunDirectory.create(tmp_path, "empty") as run:
         pass
     assert check_figures(run)["missing"] == ["latency_tiers", "bandwidth", "loaded_levels"]
