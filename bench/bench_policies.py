@@ -17,9 +17,9 @@ curve x    100 libCacheSim LRU runs / our one-pass 100-point LRU curve (file alr
            libCacheSim's time is measured on `--lcs-curve-runs` of the 100 capacities and
            extrapolated to 100 (the table says how many were timed)
 peak MB    peak resident memory of a separate process that does our whole job (read, every
-           policy, the curve), interpreter, numpy, pandas and numba included, and the
-           peak resident size of each phase (Linux VmHWM, reset per phase): after imports and JIT loading, while
-           reading, with the trace loaded, while simulating
+           policy, the curve), interpreter, numpy, pandas and numba included, and the peak
+           resident size of each phase (Linux VmHWM, reset per phase): imports and JIT
+           loading, reading, then each replay (column +MB: its peak over the loaded trace)
 
 libCacheSim gets `hashpower=20` (a table sized for 1M objects; its default of 24 allocates
 128 MiB it does not need, which would only slow it down). Hit ratios of both sides are
@@ -107,14 +107,18 @@ def measure_memory(oracle: Path, policies: list[str], capacity: int, points: int
     with _PeakRss() as reading:
         trace = read_trace(oracle, format="oracle")
     loaded = _rss_mb()
-    with _PeakRss() as simulating:
-        for name in policies:
+    per_policy = {}
+    for name in policies:
+        with _PeakRss() as simulating:
             simulate(trace, name, capacity)
+        per_policy[name] = simulating.peak
+    with _PeakRss() as curving:
         lru_hit_ratio_curve(trace, curve_capacities(trace.n_blocks, points))
+    per_policy["lru curve"] = curving.peak
     return {"warm_peak_mb": warming.peak, "baseline_mb": baseline, "read_peak_mb": reading.peak,
             "loaded_mb": loaded, "trace_mb": trace_nbytes(trace) / 2**20,
-            "sim_peak_mb": simulating.peak,
-            "peak_mb": max(warming.peak, reading.peak, simulating.peak)}
+            "per_policy_mb": per_policy,
+            "peak_mb": max(warming.peak, reading.peak, *per_policy.values())}
 
 
 def trace_nbytes(trace) -> int:
@@ -200,19 +204,22 @@ def print_table(res: dict) -> None:
     print(f"Zipf({res['alpha']}) seed {res['seed']}: {res['requests']:,} requests over "
           f"{res['objects']:,} objects, capacity {res['capacity']:,}; {res['cpus']} CPUs; "
           f"read_trace {res['read_s']:.2f} s; best of {res['repeat']} runs")
-    head = (f"{'policy':<11}{'hit ours':>9}{'hit lcs':>9}{'lcs s':>8}{'sim s':>8}{'sim x':>8}"
-            f"{'':>5}{'e2e s':>8}{'e2e x':>8}")
+    m = res["memory"]
+    extra = {k: v - m["loaded_mb"] for k, v in m["per_policy_mb"].items()}
+    head = (f"{'policy':<15}{'hit ours':>9}{'hit lcs':>9}{'lcs s':>8}{'sim s':>8}{'sim x':>8}"
+            f"{'':>5}{'e2e s':>8}{'e2e x':>8}{'':>5}{'+MB':>6}")
     print(head)
     print("-" * len(head))
     for r in res["rows"]:
         if "lcs_s" in r:
             sim_x, e2e_x = r["lcs_s"] / r["sim_s"], r["lcs_s"] / r["e2e_s"]
-            print(f"{r['policy']:<11}{r['hit']:>9.4f}{r['lcs_hit']:>9.4f}{r['lcs_s']:>8.2f}"
+            print(f"{r['policy']:<15}{r['hit']:>9.4f}{r['lcs_hit']:>9.4f}{r['lcs_s']:>8.2f}"
                   f"{r['sim_s']:>8.3f}{sim_x:>7.1f}x {_flag(sim_x, TARGETS['sim']):>4}"
-                  f"{r['e2e_s']:>8.2f}{e2e_x:>7.1f}x {_flag(e2e_x, TARGETS['e2e'])}")
+                  f"{r['e2e_s']:>8.2f}{e2e_x:>7.1f}x {_flag(e2e_x, TARGETS['e2e']):>4}"
+                  f"{extra[r['policy']]:>6.0f}")
         else:
-            print(f"{r['policy']:<11}{r['hit']:>9.4f}{'-':>9}{'-':>8}{r['sim_s']:>8.3f}{'-':>8}"
-                  f"{'':>5}{r['e2e_s']:>8.2f}{'-':>8}")
+            print(f"{r['policy']:<15}{r['hit']:>9.4f}{'-':>9}{'-':>8}{r['sim_s']:>8.3f}{'-':>8}"
+                  f"{'':>5}{r['e2e_s']:>8.2f}{'-':>8}{'':>5}{extra[r['policy']]:>6.0f}")
     c = res["curve"]
     line = f"LRU curve, {c['points']} points: ours {c['ours_s']:.2f} s"
     if "lcs_100_s" in c:
@@ -221,13 +228,13 @@ def print_table(res: dict) -> None:
                  f"(timed {c['lcs_timed']} runs) -> {x:.0f}x {_flag(x, TARGETS['curve'])}; "
                  f"max |ratio diff| {c['max_abs_diff']:.1e}")
     print(line)
-    m = res["memory"]
+    worst = max(extra, key=extra.get)
     print(f"peak memory (ours, whole job in a fresh process): {m['peak_mb']:.0f} MB "
           f"{_flag(m['peak_mb'], TARGETS['peak_mb'], higher_is_better=False)}; by phase: "
-          f"imports + warm JIT {m['baseline_mb']:.0f} MB (peak {m['warm_peak_mb']:.0f}), read_trace peak {m['read_peak_mb']:.0f} MB, "
-          f"trace loaded {m['loaded_mb']:.0f} MB (its arrays {m['trace_mb']:.0f} MB), "
-          f"every policy + curve peak {m['sim_peak_mb']:.0f} MB "
-          f"(+{m['sim_peak_mb'] - m['loaded_mb']:.0f} MB over the loaded trace)")
+          f"imports + warm JIT {m['baseline_mb']:.0f} MB (peak {m['warm_peak_mb']:.0f}), "
+          f"read_trace peak {m['read_peak_mb']:.0f} MB, trace loaded {m['loaded_mb']:.0f} MB "
+          f"(its arrays {m['trace_mb']:.0f} MB), then each replay's peak over that in +MB "
+          f"(the LRU curve +{extra['lru curve']:.0f}; most: {worst} +{extra[worst]:.0f})")
     print(f"targets: sim >= {TARGETS['sim']:.0f}x, e2e >= {TARGETS['e2e']:.0f}x, "
           f"curve >= {TARGETS['curve']:.0f}x, peak <= {TARGETS['peak_mb']:.0f} MB")
 

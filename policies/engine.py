@@ -165,10 +165,19 @@ def _run(prep: _Prepared, module: ModuleType, capacity: int, params: dict) -> Si
         )
     hit = prep.hit
     hit.fill(0)  # the contract asks kernels to write every flag; do not depend on it
+    from numba.core.errors import TypingError
+
     start = time.perf_counter()
-    evictions, max_resident = module.KERNEL(
-        prep.block, prep.offsets, np.int64(prep.n_blocks), np.int64(capacity), hit, **params
-    )
+    try:
+        evictions, max_resident = module.KERNEL(
+            prep.block, prep.offsets, np.int64(prep.n_blocks), np.int64(capacity), hit, **params
+        )
+    except TypingError:
+        given = ", ".join(f"{k}={v!r}" for k, v in params.items())
+        raise PolicyEngineError(
+            f"policy {module.NAME!r} cannot take {given}: parameters are numbers "
+            f"({', '.join(allowed)})"
+        ) from None
     seconds = time.perf_counter() - start
     return _summarise(prep, module.NAME, capacity, hit, int(evictions), int(max_resident), seconds, params)
 

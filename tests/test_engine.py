@@ -180,5 +180,7 @@ def test_kernel_parameters_reach_the_kernel():
     assert simulate(trace, toy, 6).hits == 6
     r = simulate(trace, toy, 6, every=3)
     assert r.hits == 2 and r.extra == {"every": 3}
+    with pytest.raises(PolicyEngineError, match="'toy' cannot take every='3': parameters are numbers"):
+        simulate(trace, toy, 6, every="3")
     # flags a kernel leaves unwritten read as misses, not as the previous replay's hits
     assert [r.hits for r in simulate_many(trace, [toy], [5, 2])] == [5, 2]
