@@ -43,7 +43,11 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit):
             hit[i] = 1
             f = freq[nd] + 1
             to = node_next[nd]
-            if to == NIL or freq[to] != f:  # no node for f yet: one right after nd
+            if to == NIL or freq[to] != f:  # no node for f yet
+                if first[nd] == last[nd]:  # b is alone at its count: the node moves up with it
+                    freq[nd] = f
+                    continue
+                # a new node right after nd
                 n_spare -= 1
                 to = spare[n_spare]
                 freq[to] = f
