@@ -182,11 +182,14 @@ def run(args) -> dict:
         curve_row.update(lcs_timed=len(picks), lcs_mean_s=float(np.mean(lcs_times)),
                          lcs_100_s=float(np.mean(lcs_times)) * len(caps), max_abs_diff=worst)
 
-    memory = json.loads(subprocess.run(
+    child = subprocess.run(
         [sys.executable, __file__, "--_memory", str(oracle), "--policies", ",".join(policies),
          "--capacity", str(args.capacity), "--points", str(args.points)],
-        check=True, capture_output=True, text=True,
-    ).stdout)
+        capture_output=True, text=True,
+    )
+    if child.returncode != 0:
+        raise SystemExit(f"memory measurement failed (status {child.returncode}):\n{child.stderr[-3000:]}")
+    memory = json.loads(child.stdout)
     if not args.workdir:
         oracle.unlink()
     return {"requests": len(trace), "objects": int(trace.n_blocks), "capacity": args.capacity,
