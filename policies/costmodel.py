@@ -82,11 +82,11 @@ class CostModel:
         self.stack_models = stack_models
 
     # -- per reference --------------------------------------------------------------
-    def _presets(self, trace: Trace) -> tuple[list[ModelPreset], np.ndarray | None]:
+    def _presets(self, trace: Trace | None) -> tuple[list[ModelPreset], np.ndarray | None]:
         """Presets in use and, per reference, its index (None when every reference uses the
-        default); tenants named after a preset use that preset."""
+        default); tenants named after a preset use that preset. No trace: the default only."""
         presets = [self.model]
-        if not (self.stack_models and trace.tenant_names):
+        if trace is None or not (self.stack_models and trace.tenant_names):
             return presets, None
         from .models import PRESETS
 
@@ -149,8 +149,7 @@ class CostModel:
         table, index = self.coefficients(trace)
         out = np.zeros(len(offsets) - 1)
         ttft_kernel(0, len(out), 1, offsets, np.ascontiguousarray(hit, dtype=np.uint8),
-                    np.ascontiguousarray(trace.tokens, dtype=np.int32),
-                    np.ascontiguousarray(trace.position, dtype=np.int32), trace.block_tokens, index, table,
+                    np.ascontiguousarray(trace.tokens, dtype=np.int32), trace.block_tokens, index, table,
                     self.miss == "recompute", out)
         return out
 
@@ -185,9 +184,12 @@ def request_offsets(trace: Trace) -> np.ndarray:
 
 
 @njit(cache=True)
-def ttft_kernel(r0, r1, stride, offsets, hit, tokens, position, block_tokens, index, table, prefix_only, out):
-    """TTFT of requests r0, r0+stride, ... < r1 into out[r] (the loop form of ttft_from_costs + decode)."""
+def ttft_kernel(r0, r1, stride, offsets, hit, tokens, block_tokens, index, table, prefix_only, out):
+    """TTFT of requests r0, r0+stride, ... < r1 into out[(r - r0) // stride] (the loop form of
+    ttft_from_costs + decode). A block's position is its index in the request; empty
+    `tokens`: every block full."""
     multi = index.shape[0] > 0
+    full = tokens.shape[0] == 0
     for r in range(r0, r1, stride):
         lo = offsets[r]
         hi = offsets[r + 1]
@@ -196,17 +198,18 @@ def ttft_kernel(r0, r1, stride, offsets, hit, tokens, position, block_tokens, in
         context = 0
         for i in range(lo, hi):
             k = index[i] if multi else 0
-            tok = float(tokens[i])
-            context += tokens[i]
+            t = block_tokens if full else tokens[i]
+            tok = float(t)
+            context += t
             if hit[i] and (leading or not prefix_only):
                 total += table[k, 0] * tok + table[k, 1]
             else:
                 if not hit[i]:
                     leading = False
-                start = float(position[i]) * block_tokens
+                start = float(i - lo) * block_tokens
                 total += table[k, 2] * tok + table[k, 3] + table[k, 4] * tok * (start + tok / 2)
         k = (index[lo] if multi else 0) if hi > lo else 0
-        out[r] = total + table[k, 5] + table[k, 6] * context
+        out[(r - r0) // stride] = total + table[k, 5] + table[k, 6] * context
 
 
 def leading_hits(offsets, request, hit) -> np.ndarray:

@@ -183,7 +183,7 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
     keys = request_keys(trace, shard_key, texts, embedder, similarity)
     req_shard = _shard_of(keys, shards) if shard_key != "embedding" else keys % shards
     shard = req_shard[np.asarray(trace.request, dtype=np.int64)] if n else np.zeros(0, np.int64)
-    now = np.ascontiguousarray(trace.time, dtype=np.float64)
+    now = np.asarray(trace.time, dtype=np.float64)  # may be a zero-stride view (engine contract path)
     prev, nxt, head, tail = new_lists(n_blocks, shards)
     size = np.zeros(shards, dtype=np.int64)
     cap = allocate(capacity, np.zeros(shards))

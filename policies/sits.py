@@ -20,8 +20,8 @@ Which behaviour serves is decided once per window (``window_s`` of trace time or
    per window, say which behaviour is winning on this workload right now.
 2. Signals: access-pattern entropy H (Shannon entropy, bits, of the window's block ids hashed
    into 256 buckets, so 0 <= H <= 8) and latency sensitivity d (P99 TTFT of the window's
-   requests in ms, from the cost model; windows of more than 8192 requests use an evenly
-   spaced sample of about 4096 of them). score = a*min(1, H/8) + (1-a)*min(1, d/200); a
+   requests in ms, from the cost model). Windows of more than 2048 requests (8192
+   references) use evenly spaced samples of at most 2048 requests (about 8192 references). score = a*min(1, H/8) + (1-a)*min(1, d/200); a
    starts at 0.6 and moves with load (see ``adapt_alpha``).
 3. Action matrix: H < 2.5 and d < 50 ms -> ``keep`` (no change); H > 6 and d > 150 ms ->
    ``migrate`` to the shadow winner once it leads by ``migrate_margin`` (0.1%) of the sampled
@@ -39,7 +39,7 @@ from numba import njit
 
 from ._structs import NIL, move_to_head_s, push_head_s, unlink_s
 from .errors import PolicyEngineError
-from .trace import Trace
+from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
 NAME = "sits"
 DESCRIPTION = "SITS adaptive: per-window entropy/P99 score switches recency vs ARC-style scan resistance, shadow-evaluated"
@@ -47,7 +47,8 @@ DESCRIPTION = "SITS adaptive: per-window entropy/P99 score switches recency vs A
 RECENCY, SCAN = 0, 1
 BEHAVIOURS = ("recency", "scan")
 H_CAP, D_CAP_MS = 8.0, 200.0
-P99_SAMPLE = 4096  # a window's P99 is taken over at most about this many evenly spaced requests
+P99_SAMPLE = 2048  # a window's P99 is taken over at most this many evenly spaced requests
+ENTROPY_SAMPLE = 8192  # and its entropy over at most about this many evenly spaced references
 KEEP_H, KEEP_D = 2.5, 50.0
 MIGRATE_H, MIGRATE_D = 6.0, 150.0
 
@@ -225,8 +226,10 @@ class HybridCache:
     def __init__(self, n_blocks: int, capacity: int):
         self.capacity = int(capacity)
         n = max(n_blocks, 1)
-        self.prev = np.full(n, NIL, dtype=np.int32)
-        self.nxt = np.full(n, NIL, dtype=np.int32)
+        # Links are written when a block joins a list and read only while it is on one, so
+        # they need no initial value; `where` (which list, NIL for none) does.
+        self.prev = np.empty(n, dtype=np.int32)
+        self.nxt = np.empty(n, dtype=np.int32)
         self.where = np.full(n, NIL, dtype=np.int8)
         self.ends = np.full(8, NIL, dtype=np.int32)  # head, tail of T1, T2, B1, B2
         self.sizes = np.zeros(4, dtype=np.int64)  # entries in T1, T2, B1, B2
@@ -278,26 +281,45 @@ def window_bounds(trace: Trace, window_s: float, window_refs: int, offsets: np.n
         slot_start_ref = np.repeat(first[starts], np.diff(np.concatenate((starts, [n_req]))))
         sub = (first - slot_start_ref) // refs
         change = (np.diff(slot) != 0) | (np.diff(sub) != 0)
-    else:  # reference count only: the first request starting at or after each multiple
-        targets = np.arange(0, int(offsets[-1]), refs, dtype=np.int64)
-        req_starts = np.unique(np.searchsorted(first, targets, side="left"))
-        req_starts = req_starts[req_starts < n_req]
-        return np.concatenate((first[req_starts], [offsets[-1]])).astype(np.int64)
+    else:
+        return reference_windows(offsets, refs)
     req_starts = np.concatenate(([0], np.flatnonzero(change) + 1))
     return np.concatenate((first[req_starts], [offsets[-1]])).astype(np.int64)
 
 
 @njit(cache=True)
-def sample_refs(block, k):
-    """Indices of references whose block hashes into 1/2**k of the space (hash_buckets(., 16))."""
+def sample_refs(block, n_blocks, k):
+    """The spatial sample: blocks whose hash (hash_buckets(., 16)) falls in 1/2**k of the
+    space. Returns (indices of their references, those references renumbered densely 0..m-1, m)."""
     mask = np.uint64((1 << k) - 1)
-    out = np.empty(block.shape[0], dtype=np.int64)
+    code = np.full(max(n_blocks, 1), -1, dtype=np.int32)
     m = 0
-    for i in range(block.shape[0]):
-        if (np.uint64(block[i]) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(48) & mask == 0:
-            out[m] = i
+    for x in range(n_blocks):
+        if (np.uint64(x) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(48) & mask == 0:
+            code[x] = m
             m += 1
-    return out[:m]
+    index = np.empty(block.shape[0], dtype=np.int64)
+    dense = np.empty(block.shape[0], dtype=np.int32)
+    c = 0
+    for i in range(block.shape[0]):
+        d = code[block[i]]
+        if d >= 0:
+            index[c] = i
+            dense[c] = d
+            c += 1
+    return index[:c], dense[:c], m
+
+
+def reference_windows(offsets: np.ndarray, window_refs: int) -> np.ndarray:
+    """Window offsets by reference count: each window starts at the first request starting at
+    or after a multiple of window_refs."""
+    first = offsets[:-1]
+    if len(first) == 0:
+        return np.array([0, 0], dtype=np.int64)
+    targets = np.arange(0, int(offsets[-1]), max(int(window_refs), 1), dtype=np.int64)
+    req_starts = np.unique(np.searchsorted(first, targets, side="left"))
+    req_starts = req_starts[req_starts < len(first)]
+    return np.concatenate((first[req_starts], [offsets[-1]])).astype(np.int64)
 
 
 def shadow_shift(capacity: int, target: int = 4096) -> int:
@@ -309,15 +331,14 @@ def shadow_hits(block: np.ndarray, n_blocks: int, capacity: int, k: int) -> tupl
     """Replay the sampled slice through each behaviour pinned (exactly LRU and exactly ARC):
     (sampled reference indices, {behaviour: hit flags of those references})."""
     if k > 0:
-        sampled = sample_refs(block, k)
+        sampled, sub, m = sample_refs(block, n_blocks, k)
     else:
-        sampled = np.arange(len(block))
-    sub = np.ascontiguousarray(block[sampled])
+        sampled, sub, m = np.arange(len(block)), block, n_blocks
     cap = max(1, capacity >> k)
     out = {}
     for behaviour in (RECENCY, SCAN):
         h = np.zeros(len(sub), dtype=np.uint8)
-        HybridCache(n_blocks, cap).replay(sub, 0, len(sub), behaviour, h)
+        HybridCache(m, cap).replay(sub, 0, len(sub), behaviour, h)
         out[behaviour] = h
     return sampled, out
 
@@ -395,18 +416,13 @@ class Controller:
 
 
 @njit(cache=True)
-def strided_p99(values, lo, hi, stride):
-    """np.percentile(values[lo:hi:stride], 99) (linear interpolation), compiled."""
-    return np.percentile(values[lo:hi:stride], 99.0)
-
-
-@njit(cache=True)
-def window_entropy(block, lo, hi):
-    """access_entropy(block[lo:hi]) in one compiled pass (same hash, 256 buckets)."""
+def window_entropy(block, lo, hi, stride=1):
+    """access_entropy(block[lo:hi:stride]) in one compiled pass (same hash, 256 buckets)."""
     counts = np.zeros(256, dtype=np.int64)
-    for i in range(lo, hi):
+    n = 0
+    for i in range(lo, hi, stride):
         counts[(np.uint64(block[i]) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(56)] += 1
-    n = hi - lo
+        n += 1
     h = 0.0
     for c in counts:
         if c > 0:
@@ -446,12 +462,20 @@ def run(trace: Trace, capacity: int, offsets=None, **kwargs):
     from .costmodel import request_offsets
 
     offsets = request_offsets(trace) if offsets is None else np.asarray(offsets, dtype=np.int64)
-    hit, evictions, max_resident, seconds, extra = _replay(trace, capacity, offsets, **kwargs)
+    hit, evictions, max_resident, seconds, extra = _replay(
+        np.ascontiguousarray(trace.block, dtype=np.int32), offsets, int(trace.n_blocks), capacity,
+        times=np.asarray(trace.time, dtype=np.float64), tokens=np.ascontiguousarray(trace.tokens, dtype=np.int32),
+        trace=trace, **kwargs)
     return sim_result(trace, offsets, NAME, capacity, hit, evictions, max_resident, seconds, extra)
 
 
-def _replay(trace: Trace, capacity: int, offsets, calibration=None, model: str = "qwen2-72b",
-            miss: str = "recompute", gate=None, hit_out=None, full_cost: bool = True, **params):
+def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=None, trace: Trace | None = None,
+            calibration=None, model: str = "qwen2-72b", miss: str = "recompute", gate=None, hit_out=None,
+            **params):
+    """The SITS run over plain arrays. `times` None: windows by reference count only, event
+    times are reference indices, load 1. `tokens` None: every block is full. `trace` (when
+    given) supplies model stacks to the cost model and enables the run summary (TTFT
+    percentiles over every request, CTCCI)."""
     from .costmodel import CostModel, ttft_kernel
     from .engine import check_capacity
     from .tenancy import ctcci
@@ -459,27 +483,30 @@ def _replay(trace: Trace, capacity: int, offsets, calibration=None, model: str =
     capacity = check_capacity(capacity)
     cfg = SitsConfig(**params)
     start = time.perf_counter()
-    block = np.ascontiguousarray(trace.block, dtype=np.int32)
     n = len(block)
+    n_req = len(offsets) - 1
+    block_tokens = trace.block_tokens if trace is not None else DEFAULT_BLOCK_TOKENS
+    tokens = np.zeros(0, dtype=np.int32) if tokens is None else tokens
     cost = CostModel(calibration, model=model, miss=miss)
     table, index = cost.coefficients(trace)
-    tokens = np.ascontiguousarray(trace.tokens, dtype=np.int32)
-    position = np.ascontiguousarray(trace.position, dtype=np.int32)
     prefix_only = cost.miss == "recompute"
-    request = np.asarray(trace.request)
-    bounds = window_bounds(trace, cfg.window_s, cfg.window_refs, offsets)
+    if times is None:
+        bounds = reference_windows(offsets, cfg.window_refs)
+        span = 0.0
+    else:
+        bounds = window_bounds(trace, cfg.window_s, cfg.window_refs, offsets)
+        span = float(times[-1] - times[0]) if n else 0.0
+    mean_rate = n_req / span if span > 0 else float("nan")
     k = shadow_shift(capacity) if cfg.sample_shift is None else int(cfg.sample_shift)
-    sampled, shadow = shadow_hits(block, trace.n_blocks, capacity, k)
+    sampled, shadow = shadow_hits(block, n_blocks, capacity, k)
     cuts = np.searchsorted(sampled, bounds)
     shadow_cum = {b: np.concatenate(([0], np.cumsum(h, dtype=np.int64))) for b, h in shadow.items()}
-    times = np.asarray(trace.time, dtype=np.float64)
-    span = float(times[-1] - times[0]) if n else 0.0
-    mean_rate = trace.n_requests / span if span > 0 else float("nan")
-    cache = HybridCache(trace.n_blocks, capacity)
+    cache = HybridCache(n_blocks, capacity)
     ctl = Controller(cfg, behaviour=BEHAVIOURS.index(cfg.initial))
     hit = np.zeros(n, dtype=np.uint8) if hit_out is None else hit_out
     served = np.zeros(2, dtype=np.int64)
-    ttft = np.zeros(len(offsets) - 1)
+    sample = np.zeros(P99_SAMPLE)  # TTFT of the window's (sampled) requests
+    request_of = np.searchsorted(offsets, bounds, side="right") - 1  # request holding each window start
     armed = gate is None
     for w in range(len(bounds) - 1):
         lo, hi = int(bounds[w]), int(bounds[w + 1])
@@ -488,27 +515,32 @@ def _replay(trace: Trace, capacity: int, offsets, calibration=None, model: str =
         behaviour = ctl.behaviour if armed else SCAN
         cache.replay(block, lo, hi, behaviour, hit)
         served[behaviour] += hi - lo
-        r0, r1 = int(request[lo]), int(request[hi - 1]) + 1
-        stride = max(1, (r1 - r0) // P99_SAMPLE)
-        ttft_kernel(r0, r1, stride, offsets, hit, tokens, position, trace.block_tokens, index, table,
-                    prefix_only, ttft)
-        d_ms = strided_p99(ttft, r0, r1, stride) * 1e3
-        t_end = float(times[hi - 1])
-        dur = t_end - float(times[lo])
-        load = ((r1 - r0) / dur) / mean_rate if dur > 0 and mean_rate > 0 else 1.0
+        r0, r1 = int(request_of[w]), int(request_of[w + 1]) if hi < n else n_req
+        stride = max(1, -(-(r1 - r0) // P99_SAMPLE))  # ceil: at most P99_SAMPLE requests
+        ttft_kernel(r0, r1, stride, offsets, hit, tokens, block_tokens, index, table, prefix_only, sample)
+        d_ms = float(np.percentile(sample[: (r1 - r0 + stride - 1) // stride], 99)) * 1e3
+        if times is None:
+            t_end, load = float(hi), 1.0
+        else:
+            t_end = float(times[hi - 1])
+            dur = t_end - float(times[lo])
+            load = ((r1 - r0) / dur) / mean_rate if dur > 0 and mean_rate > 0 else 1.0
         if gate is not None and not armed:
             armed = gate.observe(w, t_end, d_ms, cache, ctl.events)
         s_lo, s_hi = cuts[w], cuts[w + 1]
         counts = {b: int(c[s_hi] - c[s_lo]) for b, c in shadow_cum.items()}
-        ctl.decide(w, t_end, window_entropy(block, lo, hi), d_ms, load, counts, int(s_hi - s_lo), armed)
-    if full_cost:
-        ttft_kernel(0, len(ttft), 1, offsets, hit, tokens, position, trace.block_tokens, index, table,
-                    prefix_only, ttft)
+        h_bits = window_entropy(block, lo, hi, max(1, (hi - lo) // ENTROPY_SAMPLE))
+        ctl.decide(w, t_end, h_bits, d_ms, load, counts, int(s_hi - s_lo), armed)
+    summary = trace is not None
+    if summary:
+        ttft = np.zeros(n_req)
+        ttft_kernel(0, n_req, 1, offsets, hit, tokens, block_tokens, index, table, prefix_only, ttft)
     seconds = time.perf_counter() - start
     extra = {
         "sample_shift": k, "windows": len(bounds) - 1, "switches": ctl.switches,
         "behaviour_share": {BEHAVIOURS[b]: float(served[b] / max(n, 1)) for b in range(2)},
-        "cost": cost.summarize(trace, hit, ttft) if full_cost else None, "tenancy": ctcci(trace, hit) if full_cost else None,
+        "cost": cost.summarize(trace, hit, ttft) if summary else None,
+        "tenancy": ctcci(trace, hit) if summary else None,
         "events": ctl.events,
     }
     if gate is not None:
@@ -519,31 +551,31 @@ def _replay(trace: Trace, capacity: int, offsets, calibration=None, model: str =
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=65536, initial="scan", threshold=False):
     """Engine-contract entry point (plain Python around the compiled cache).
 
-    The engine passes only block ids and request offsets, so windows are by reference count
-    and the cost model assumes full blocks of the default model; use `run` with the Trace
-    for time windows, stacks and the event log.
+    The engine passes only block ids and request offsets: windows are by reference count,
+    every block counts as full and the default model prices it. Use `run` with the Trace for
+    time windows, model stacks, the run's cost summary and the event log.
     """
-    trace = _contract_trace(block, req_offsets, n_blocks)
     gate = None
     if threshold:
         from .threshold import ThresholdEngine
 
         gate = ThresholdEngine()
-    _, evictions, max_resident, _, _ = _replay(trace, int(capacity), np.asarray(req_offsets, dtype=np.int64),
-                                               window_s=0.0, window_refs=int(window_refs), initial=initial,
-                                               hit_out=hit, gate=gate, full_cost=False)
+    _, evictions, max_resident, _, _ = _replay(np.asarray(block), np.asarray(req_offsets, dtype=np.int64),
+                                               int(n_blocks), int(capacity), window_refs=int(window_refs),
+                                               initial=initial, hit_out=hit, gate=gate)
     return evictions, max_resident
 
 
 def _contract_trace(block, req_offsets, n_blocks) -> Trace:
-    """A Trace from what the engine contract passes: full 512-token blocks, all at t=0."""
+    """A Trace from what the engine contract passes: full 512-token blocks, all at t=0, no
+    tenant. Constant columns are zero-stride views, so this costs little memory."""
     n = len(block)
     if len(req_offsets) - 1 == n:  # one reference per request (oracle, CSV traces)
-        req, position = np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int32)
+        req, position = np.arange(n, dtype=np.int64), np.broadcast_to(np.int32(0), (n,))
     else:
         req = np.repeat(np.arange(len(req_offsets) - 1, dtype=np.int64), np.diff(req_offsets))
         position = (np.arange(n, dtype=np.int64) - req_offsets[:-1][req]).astype(np.int32)
-    return Trace(time=np.zeros(n), request=req, block=np.asarray(block, dtype=np.int32),
-                 original_id=np.asarray(block, dtype=np.int64), position=position,
-                 tokens=np.full(n, 512, dtype=np.int32), tenant=np.full(n, -1, dtype=np.int32),
-                 n_blocks=int(n_blocks))
+    return Trace(time=np.broadcast_to(0.0, (n,)), request=req, block=np.asarray(block, dtype=np.int32),
+                 original_id=np.asarray(block), position=position,
+                 tokens=np.broadcast_to(np.int32(DEFAULT_BLOCK_TOKENS), (n,)),
+                 tenant=np.broadcast_to(np.int32(-1), (n,)), n_blocks=int(n_blocks))

@@ -157,10 +157,13 @@ def test_compiled_helpers_match_their_numpy_definitions():
     block = rng.integers(0, 50_000, 20_000).astype(np.int32)
     for k in (1, 3):
         expected = np.flatnonzero(sits.hash_buckets(block, 16) & ((1 << k) - 1) == 0)
-        assert np.array_equal(sits.sample_refs(block, k), expected)
+        index, dense, m = sits.sample_refs(block, 50_000, k)
+        assert np.array_equal(index, expected)
+        # dense renumbering keeps identity: equal blocks <-> equal codes
+        assert len(np.unique(dense)) == len(np.unique(block[expected])) <= m
+        assert np.array_equal(np.unique(block[expected], return_inverse=True)[1].ravel(),
+                              np.unique(dense, return_inverse=True)[1].ravel())
     assert sits.window_entropy(block, 100, 5_000) == pytest.approx(access_entropy(block[100:5_000]))
-    values = rng.random(10_000)
-    assert sits.strided_p99(values, 10, 9_000, 3) == pytest.approx(np.percentile(values[10:9_000:3], 99))
 
 
 def test_reference_count_windows_start_at_request_boundaries():
@@ -171,3 +174,15 @@ def test_reference_count_windows_start_at_request_boundaries():
                                 input_tokens=[1536, 512, 1024, 2048])
     assert window_bounds(multi, 0.0, 4).tolist() == [0, 4, 10]  # request 3 starts at 6 < 8
     assert window_bounds(multi, 0.0, 100).tolist() == [0, 10]
+
+
+def test_strided_entropy_matches_the_slice():
+    block = np.random.default_rng(2).integers(0, 10_000, 50_000).astype(np.int32)
+    assert sits.window_entropy(block, 7, 40_000, 5) == pytest.approx(access_entropy(block[7:40_000:5]))
+
+
+def test_large_windows_sample_their_p99_within_bounds():
+    # 20,000 one-block requests in one window: P99 from a strided sample of <= 2048 of them
+    trace = trace_from_ids(np.arange(20_000) % 7_000, times=np.zeros(20_000))
+    r = sits.run(trace, 500, window_refs=1 << 20)
+    assert r.extra["windows"] == 1 and r.extra["events"][0]["d_ms"] > 0
