@@ -1,6 +1,6 @@
 """LIRS (Jiang & Zhang, SIGMETRICS 2002) with libCacheSim's `LIRS` semantics (LIRS.c).
 
-Three LRU lists, each over its own link arrays since a block can be in several at once:
+Three LRU lists, each with its own link arrays since a block can be in several at once:
 stack S (LIR blocks, resident HIR blocks and non-resident HIR ids, recency order), list Q
 (resident HIR blocks, 1% of the capacity, at least 1) and NH (non-resident HIR ids in S, in
 the order they lost residence). The LIR set holds the rest of the capacity.
@@ -21,25 +21,27 @@ the order they lost residence). The LIR set holds the rest of the capacity.
   dropped from S and NH, which bounds the metadata.
 
 Pruning removes each S entry once after it was pushed, so every step is amortised O(1).
+
+libCacheSim's eviction loop (evict until the new block fits) never runs here: with objects
+of size 1 the resident count is always |LIR| + |Q| <= capacity, and the demotions above
+already leave room, so the kernel omits it. The kernel has no calls in its loop (the helpers
+are inlined) and keeps list ends and counters in locals: a call, even one never taken, makes
+numba's loop several times slower.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, move_to_head_s, push_head_s, unlink_s
+from ._structs import NIL, move_to_head_s, new_lists, push_head_s, unlink_s
 
 NAME = "lirs"
 DESCRIPTION = "LIRS: inter-reference recency; LIR blocks in stack S, resident HIR blocks in a 1% queue"
 
-# Per-block flag bits (one byte per block): the S entry exists / is LIR / is resident, the
-# block is in Q, its id is in NH.
+# Per-block flag bits: the S entry exists / is LIR / is resident, the block is in Q, its id
+# is in NH.
 IN_S, LIR, RES, IN_Q, IN_NH = 1, 2, 4, 8, 16
 S_BITS = IN_S | LIR | RES
-
-# The list ends and counters travel through the helpers as plain values (they stay in
-# registers once numba inlines the helpers): ends = (S head, S tail, Q head, Q tail, NH head,
-# NH tail); counts = (LIR blocks, HIR blocks in Q, resident blocks, entries in S, evictions).
 
 
 @njit(cache=True, inline="always")
@@ -51,86 +53,51 @@ def _nh_out(np_, nn, fl, nhh, nht, x):
     return nhh, nht
 
 
-@njit(cache=True)
-def _prune(sp, sn, np_, nn, fl, ends, counts):
-    """Drop HIR entries from the bottom of S until the bottom is LIR (or S has one entry)."""
-    sh, stl, qh, qt, nhh, nht = ends
-    lirs, hirs, occ, s_n, ev = counts
+@njit(cache=True, inline="always")
+def _prune(sp, sn, np_, nn, fl, sh, stl, nhh, nht):
+    """Drop HIR entries from the bottom of S until the bottom is LIR (or S has one entry).
+    Returns S's and NH's ends and how many entries left S."""
+    dropped = 0
     x = stl
     while x != sh and not fl[x] & LIR:
         if not fl[x] & RES:
             nhh, nht = _nh_out(np_, nn, fl, nhh, nht, x)
         sh, stl = unlink_s(sp, sn, sh, stl, x)
         fl[x] &= ~S_BITS
-        s_n -= 1
+        dropped += 1
         x = stl
-    return (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev)
+    return sh, stl, nhh, nht, dropped
 
 
 @njit(cache=True, inline="always")
-def _evict_hir(qp, qn, np_, nn, fl, ends, counts):
-    """Evict the bottom of Q; if the block is still in S it stays there as a non-resident id."""
-    sh, stl, qh, qt, nhh, nht = ends
-    lirs, hirs, occ, s_n, ev = counts
+def _evict_hir(qp, qn, np_, nn, fl, qh, qt, nhh, nht):
+    """Evict the bottom of Q (non-empty); if the block is still in S it stays there as a
+    non-resident id and enters NH. Returns Q's and NH's ends."""
     x = qt
-    if x != NIL:
-        qh, qt = unlink_s(qp, qn, qh, qt, x)
-        fl[x] &= ~IN_Q
-        if fl[x] & IN_S:
-            fl[x] &= ~RES
-            nhh, nht = _nh_out(np_, nn, fl, nhh, nht, x)
-            nhh, nht = push_head_s(np_, nn, nhh, nht, x)
-            fl[x] |= IN_NH
-        hirs -= 1
-        occ -= 1
-        ev += 1
-    return (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev)
+    qh, qt = unlink_s(qp, qn, qh, qt, x)
+    fl[x] &= ~IN_Q
+    if fl[x] & IN_S:
+        fl[x] &= ~RES
+        nhh, nht = _nh_out(np_, nn, fl, nhh, nht, x)
+        nhh, nht = push_head_s(np_, nn, nhh, nht, x)
+        fl[x] |= IN_NH
+    return qh, qt, nhh, nht
 
 
-@njit(cache=True)
-def _evict_lir(sp, sn, qp, qn, np_, nn, fl, ends, counts, hirs_limit):
-    """Demote the bottom of S to the top of Q (evicting Q's bottom if Q is full), then prune."""
-    sh, stl, qh, qt, nhh, nht = ends
-    lirs, hirs, occ, s_n, ev = counts
-    x = stl
-    if x == NIL:
-        return ends, counts
-    sh, stl = unlink_s(sp, sn, sh, stl, x)
-    fl[x] &= ~S_BITS
-    counts = (lirs - 1, hirs, occ - 1, s_n - 1, ev)
-    ends = (sh, stl, qh, qt, nhh, nht)
-    while counts[1] + 1 > hirs_limit and ends[3] != NIL:
-        ends, counts = _evict_hir(qp, qn, np_, nn, fl, ends, counts)
-    sh, stl, qh, qt, nhh, nht = ends
-    lirs, hirs, occ, s_n, ev = counts
-    if fl[x] & IN_Q:
-        qh, qt = move_to_head_s(qp, qn, qh, qt, x)
-    else:
-        qh, qt = push_head_s(qp, qn, qh, qt, x)
-        fl[x] |= IN_Q
-    return _prune(sp, sn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs + 1, occ + 1, s_n, ev))
-
-
-@njit(cache=True)
-def _make_lir_room(sp, sn, qp, qn, np_, nn, fl, ends, counts, lirs_limit, hirs_limit):
-    """Demote LIR blocks while the LIR set has no room for one more."""
-    while counts[0] + 1 > lirs_limit and ends[1] != NIL:
-        ends, counts = _evict_lir(sp, sn, qp, qn, np_, nn, fl, ends, counts, hirs_limit)
-    return ends, counts
+# What the reference needs once the LIR set has room (after the lookup).
+_NOTHING, _HIR_TO_LIR, _Q_TO_S, _NONRES_TO_LIR = 0, 1, 2, 3
 
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, hir_ratio=0.01):
-    # Everything about one block shares a 32-byte row (so one cache line): the links of the
-    # three lists and the flag bits.
-    links = np.full((max(n_blocks, 1), 8), NIL, dtype=np.int32)
-    links[:, 6] = 0
+    links = np.full((max(n_blocks, 1), 4), NIL, dtype=np.int32)
     sp, sn = links[:, 0], links[:, 1]  # stack S
-    qp, qn = links[:, 2], links[:, 3]  # list Q
-    np_, nn = links[:, 4], links[:, 5]  # NH: non-resident HIR ids in S
-    fl = links[:, 6]
+    np_, nn = links[:, 2], links[:, 3]  # NH: non-resident HIR ids in S
+    qp, qn, _, _ = new_lists(n_blocks, 1)  # list Q
+    fl = np.zeros(max(n_blocks, 1), dtype=np.uint8)
     sh = stl = qh = qt = nhh = nht = np.int32(NIL)
-    lirs = hirs = occ = s_n = ev = np.int64(0)
+    lirs = hirs = s_n = 0  # LIR blocks, HIR blocks (all in Q), entries in S
+    evictions = 0
     hirs_limit = max(np.int64(1), np.int64(hir_ratio * capacity))
     lirs_limit = capacity - hirs_limit
     max_resident = 0
@@ -144,81 +111,72 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, hir_ratio=0.01):
             if f & LIR:
                 hit[i] = 1
                 if not fl[stl] & LIR:
-                    (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _prune(
-                        sp, sn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev))
+                    sh, stl, nhh, nht, dropped = _prune(sp, sn, np_, nn, fl, sh, stl, nhh, nht)
+                    s_n -= dropped
                 continue
-        if f & IN_S and f & RES:
-            # Resident HIR in S: becomes LIR.
-            hit[i] = 1
-            if f & IN_Q:
-                qh, qt = unlink_s(qp, qn, qh, qt, b)
-                fl[b] &= ~IN_Q
-                hirs -= 1
-                occ -= 1
-            (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _make_lir_room(
-                sp, sn, qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev),
-                lirs_limit, hirs_limit)
-            fl[b] |= LIR
-            lirs += 1
-            occ += 1
+        todo = _NOTHING
+        if f & IN_S:
+            if f & RES:
+                todo = _HIR_TO_LIR  # resident HIR in S: a hit, it becomes LIR
+                if f & IN_Q:
+                    qh, qt = unlink_s(qp, qn, qh, qt, b)
+                    fl[b] &= ~IN_Q
+                    hirs -= 1
+            else:
+                todo = _NONRES_TO_LIR  # non-resident HIR id in S: a miss, it becomes LIR
         elif f & IN_Q:
-            # Resident HIR only in Q: back onto S as HIR (libCacheSim demotes an LIR first).
-            hit[i] = 1
-            (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _make_lir_room(
-                sp, sn, qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev),
-                lirs_limit, hirs_limit)
-            if fl[b] & IN_S:
-                sh, stl = move_to_head_s(sp, sn, sh, stl, b)
-            else:
-                sh, stl = push_head_s(sp, sn, sh, stl, b)
-                s_n += 1
-            fl[b] = (fl[b] & ~LIR) | IN_S | RES
-        else:
-            hit[i] = 0
-            admit = True
-            if f & IN_S:
-                # A non-resident HIR id in S: make room in the LIR set, leave NH.
-                (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _make_lir_room(
-                    sp, sn, qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev),
-                    lirs_limit, hirs_limit)
-                nhh, nht = _nh_out(np_, nn, fl, nhh, nht, b)
-            else:
-                admit = lirs_limit >= 1 and hirs_limit >= 1
-                if admit and lirs + 1 > lirs_limit:
-                    while hirs + 1 > hirs_limit and qt != NIL:
-                        (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _evict_hir(
-                            qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev))
-            if admit:
-                while occ + 1 > capacity:
-                    if fl[b] & S_BITS == IN_S:
-                        while hirs >= hirs_limit and qt != NIL:
-                            (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _evict_hir(
-                                qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev))
-                        (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _evict_lir(
-                            sp, sn, qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev),
-                            hirs_limit)
-                    elif (fl[b] & (IN_S | IN_Q)) == 0 and lirs + 1 > lirs_limit \
-                            and hirs + 1 > hirs_limit and qt != NIL:
-                        (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev) = _evict_hir(
-                            qp, qn, np_, nn, fl, (sh, stl, qh, qt, nhh, nht), (lirs, hirs, occ, s_n, ev))
-                    else:
-                        break  # nothing libCacheSim would evict here
+            todo = _Q_TO_S  # resident HIR only in Q: a hit, back onto S as HIR
+        hit[i] = 1 if todo == _HIR_TO_LIR or todo == _Q_TO_S else 0
+        if todo != _NOTHING:
+            # Make room in the LIR set: demote S's bottom to Q's top (evicting Q's bottom if
+            # Q is full), then prune S. libCacheSim does this for a Q-only hit too, although
+            # that hit adds no LIR block.
+            while lirs + 1 > lirs_limit and stl != NIL:
+                x = stl
+                sh, stl = unlink_s(sp, sn, sh, stl, x)
+                fl[x] &= ~S_BITS
+                s_n -= 1
+                lirs -= 1
+                while hirs + 1 > hirs_limit and qt != NIL:
+                    qh, qt, nhh, nht = _evict_hir(qp, qn, np_, nn, fl, qh, qt, nhh, nht)
+                    hirs -= 1
+                    evictions += 1
+                if fl[x] & IN_Q:
+                    qh, qt = move_to_head_s(qp, qn, qh, qt, x)
+                else:
+                    qh, qt = push_head_s(qp, qn, qh, qt, x)
+                    fl[x] |= IN_Q
+                hirs += 1
+                sh, stl, nhh, nht, dropped = _prune(sp, sn, np_, nn, fl, sh, stl, nhh, nht)
+                s_n -= dropped
+            if todo == _Q_TO_S:
                 if fl[b] & IN_S:
-                    if fl[b] & S_BITS == IN_S:
-                        fl[b] |= LIR | RES
-                        lirs += 1
-                        occ += 1
-                elif not fl[b] & IN_Q:
+                    sh, stl = move_to_head_s(sp, sn, sh, stl, b)
+                else:
                     sh, stl = push_head_s(sp, sn, sh, stl, b)
                     s_n += 1
-                    occ += 1
-                    if lirs + 1 <= lirs_limit:
-                        fl[b] |= IN_S | LIR | RES
-                        lirs += 1
-                    else:
-                        qh, qt = push_head_s(qp, qn, qh, qt, b)
-                        fl[b] |= IN_S | RES | IN_Q
-                        hirs += 1
+                fl[b] = (fl[b] & ~LIR) | IN_S | RES
+            else:
+                if todo == _NONRES_TO_LIR:
+                    nhh, nht = _nh_out(np_, nn, fl, nhh, nht, b)
+                fl[b] |= LIR | RES
+                lirs += 1
+        elif lirs_limit >= 1:
+            # A block in neither S nor Q: LIR while the LIR set has room, else a resident HIR
+            # on the tops of S and Q, after evicting Q's bottom when Q is full.
+            sh, stl = push_head_s(sp, sn, sh, stl, b)
+            s_n += 1
+            if lirs + 1 <= lirs_limit:
+                fl[b] |= IN_S | LIR | RES
+                lirs += 1
+            else:
+                while hirs + 1 > hirs_limit and qt != NIL:
+                    qh, qt, nhh, nht = _evict_hir(qp, qn, np_, nn, fl, qh, qt, nhh, nht)
+                    hirs -= 1
+                    evictions += 1
+                qh, qt = push_head_s(qp, qn, qh, qt, b)
+                fl[b] |= IN_S | RES | IN_Q
+                hirs += 1
         # Bound the metadata: S may hold at most twice the capacity.
         while s_n > 2 * capacity and nht != NIL:
             x = nht
@@ -228,6 +186,6 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, hir_ratio=0.01):
                 sh, stl = unlink_s(sp, sn, sh, stl, x)
                 fl[x] &= ~S_BITS
                 s_n -= 1
-        if occ > max_resident:
-            max_resident = occ
-    return ev, max_resident
+        if lirs + hirs > max_resident:
+            max_resident = lirs + hirs
+    return evictions, max_resident

@@ -14,30 +14,33 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, push_head_s, unlink_s
-from .twoq import ghost_add, ghost_take, new_rows
+from .twoq import ghost_add, ghost_take, new_ghost, new_ring, new_rows, ring_pop, ring_push
 
 NAME = "s3fifo"
 DESCRIPTION = "S3-FIFO: small probationary FIFO, main clock FIFO and a ghost queue of evicted ids"
 
 SMALL, MAIN = 1, 2  # state bits besides twoq.GHOST
-# Columns of the per-block row: queue links, ghost links, state bits, access counter.
-_PREV, _NXT, _GPREV, _GNXT, _STATE, _FREQ = 0, 1, 2, 3, 4, 5
+# Columns of the per-block row: state bits, access counter, position in the ghost ring.
+_STATE, _FREQ, _GPOS = 0, 1, 2
 
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, small_ratio=0.1, ghost_ratio=0.9,
            move_to_main_threshold=2):
-    rows = new_rows(n_blocks)
-    prev, nxt, gprev, gnxt = rows[:, _PREV], rows[:, _NXT], rows[:, _GPREV], rows[:, _GNXT]
-    state, freq = rows[:, _STATE], rows[:, _FREQ]
-    hs = ts = hm = tm = hg = tg = np.int32(NIL)  # ends of small, main, ghost
+    rows = new_rows(n_blocks, 4, 0)
+    state, freq, gpos = rows[:, _STATE], rows[:, _FREQ], rows[:, _GPOS]
+    # Small and main only ever lose their oldest block (a main block with a non-zero counter
+    # goes straight back to the head), so each is a ring; the ghost loses ids anywhere.
+    small = new_ring(capacity, n_blocks)
+    main = new_ring(capacity, n_blocks)
+    hs = ts = hm = tm = 0
     small_size = np.int64(capacity * small_ratio)
     main_size = capacity - small_size
     ghost_size = np.int64(capacity * ghost_ratio)
+    ghost = new_ghost(ghost_size)
+    gq = (0, 0, 0, 0)  # ghost: live ids, head, tail, ring entries
     n_small = 0
     n_main = 0
-    n_ghost = 0
     has_evicted = False
     evictions = 0
     max_resident = 0
@@ -47,9 +50,9 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, small_ratio=0.1, ghost_r
             hit[i] = 1
             freq[b] += 1
             continue
-        hit_on_ghost, hg, tg = ghost_take(gprev, gnxt, hg, tg, state, b)
+        hit_on_ghost = ghost_take(state, b)
         if hit_on_ghost:
-            n_ghost -= 1
+            gq = (gq[0] - 1, gq[1], gq[2], gq[3])
         if state[b] & MAIN:
             hit[i] = 1
             freq[b] += 1
@@ -63,11 +66,10 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, small_ratio=0.1, ghost_r
             if n_main > main_size or n_small == 0:
                 # Main is a clock: recycle blocks with a non-zero counter, evict the first zero.
                 while n_main > 0:
-                    x = tm
-                    hm, tm = unlink_s(prev, nxt, hm, tm, x)
+                    x, tm = ring_pop(main, tm)
                     f = freq[x]
                     if f >= 1:
-                        hm, tm = push_head_s(prev, nxt, hm, tm, x)
+                        hm = ring_push(main, hm, x)
                         freq[x] = min(f, 3) - 1
                     else:
                         state[x] &= ~MAIN
@@ -76,27 +78,26 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, small_ratio=0.1, ghost_r
                         break
             else:
                 while n_small > 0:
-                    x = ts
-                    hs, ts = unlink_s(prev, nxt, hs, ts, x)
+                    x, ts = ring_pop(small, ts)
                     n_small -= 1
                     if freq[x] >= move_to_main_threshold:
-                        hm, tm = push_head_s(prev, nxt, hm, tm, x)
+                        hm = ring_push(main, hm, x)
                         state[x] = (state[x] & ~SMALL) | MAIN
                         freq[x] = 0
                         n_main += 1
                     else:
                         state[x] &= ~SMALL
                         evictions += 1
-                        n_ghost, hg, tg = ghost_add(gprev, gnxt, hg, tg, state, n_ghost, ghost_size, x)
+                        gq = ghost_add(ghost, gpos, state, gq, ghost_size, x)
                         break
         if not hit_on_ghost and small_size <= 1:
             continue  # libCacheSim never puts a block into a small queue it would fill alone
         if hit_on_ghost or (not has_evicted and n_small >= small_size):
-            hm, tm = push_head_s(prev, nxt, hm, tm, b)
+            hm = ring_push(main, hm, b)
             state[b] |= MAIN
             n_main += 1
         else:
-            hs, ts = push_head_s(prev, nxt, hs, ts, b)
+            hs = ring_push(small, hs, b)
             state[b] |= SMALL
             n_small += 1
         freq[b] = 0

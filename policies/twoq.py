@@ -20,56 +20,123 @@ DESCRIPTION = "2Q: first-time blocks in a FIFO (A1in), re-referenced ones in an 
 # Per-block state bits, shared with S3-FIFO: which queue holds the block, and whether its id
 # is in the ghost queue.
 IN_A, IN_B, GHOST = 1, 2, 4
-# Columns of the per-block row: links of the resident queues, links of the ghost queue, state.
-_PREV, _NXT, _GPREV, _GNXT, _STATE = 0, 1, 2, 3, 4
+# Columns of the per-block row (one row per block keeps what the kernel touches about a
+# block in one cache line): Am links, state bits, position in the A1out ring.
+_PREV, _NXT, _STATE, _GPOS = 0, 1, 2, 3
 
 
 @njit(cache=True)
-def new_rows(n_blocks):
-    """(n, 8) int32 rows: columns 0-3 are links (NIL), the rest start at 0."""
-    rows = np.zeros((max(n_blocks, 1), 8), dtype=np.int32)
-    rows[:, :4] = NIL
+def new_rows(n_blocks, n_cols, n_links):
+    """(n_blocks, n_cols) int32 rows: the first `n_links` columns are links (NIL), the rest 0."""
+    rows = np.zeros((max(n_blocks, 1), n_cols), dtype=np.int32)
+    rows[:, :n_links] = NIL
     return rows
 
 
-@njit(cache=True, inline="always")
-def ghost_take(gprev, gnxt, ghead, gtail, state, x):
-    """Remove id `x` from a ghost FIFO if it is there; returns (was there, head, tail)."""
-    if not state[x] & GHOST:
-        return False, ghead, gtail
-    ghead, gtail = unlink_s(gprev, gnxt, ghead, gtail, x)
-    state[x] &= ~GHOST
-    return True, ghead, gtail
+@njit(cache=True)
+def new_ring(capacity, n_blocks):
+    """Slots for a FIFO that never holds more than min(capacity, n_blocks) blocks."""
+    return np.empty(max(min(capacity, n_blocks), 0) + 1, dtype=np.int32)
 
 
 @njit(cache=True, inline="always")
-def ghost_add(gprev, gnxt, ghead, gtail, state, n_ghost, limit, x):
-    """libCacheSim's FIFO `get` on a ghost queue of ids: add `x` unless present, dropping the
-    oldest ids to stay within `limit` (nothing when `limit` < 1). Returns (count, head, tail)."""
+def ring_push(ring, head, x):
+    """Append `x` at the ring's head; returns the new head position."""
+    ring[head] = x
+    head += 1
+    return 0 if head == ring.shape[0] else head
+
+
+@njit(cache=True, inline="always")
+def ring_pop(ring, tail):
+    """Take the oldest entry; returns (it, the new tail position)."""
+    x = ring[tail]
+    tail += 1
+    return x, (0 if tail == ring.shape[0] else tail)
+
+
+# A ghost queue of ids (libCacheSim's FIFO of evicted ids) as a ring with tombstones: taking
+# an id out only clears its GHOST bit; the ring entry at index k for id x is live while x has
+# the bit and gpos[x] == k. Dead entries are skipped when the oldest ids are dropped, and
+# squeezed out when the ring fills up (it has room for twice the limit, so at least half of
+# a full ring is dead and squeezing is amortised O(1)). All accesses to the ring itself are
+# sequential; only state/gpos of the ids involved are touched at random.
+
+
+@njit(cache=True)
+def new_ghost(limit):
+    """The ring for a ghost queue of at most `limit` ids."""
+    return np.empty(2 * max(limit, 0) + 2, dtype=np.int32)
+
+
+@njit(cache=True, inline="always")
+def ghost_take(state, x):
+    """Remove id `x` from the ghost queue if it is there; True when it was."""
+    if state[x] & GHOST:
+        state[x] &= ~GHOST
+        return True
+    return False
+
+
+@njit(cache=True)
+def _ghost_squeeze(ring, gpos, state, tail, used):
+    """Rewrite the live entries, oldest first, from index 0; returns (head, tail, used)."""
+    size = ring.shape[0]
+    live = np.empty(used, dtype=np.int32)
+    n = 0
+    k = tail
+    for _ in range(used):
+        x = ring[k]
+        if state[x] & GHOST and gpos[x] == k:
+            live[n] = x
+            n += 1
+        k = k + 1 if k + 1 < size else 0
+    for j in range(n):
+        ring[j] = live[j]
+        gpos[live[j]] = j
+    return n, 0, n
+
+
+@njit(cache=True, inline="always")
+def ghost_add(ring, gpos, state, ghost, limit, x):
+    """libCacheSim's FIFO `get` on the ghost queue: add `x` unless present, dropping the oldest
+    ids to stay within `limit` (nothing when `limit` < 1). `ghost` = (live ids, head, tail,
+    entries in the ring); returns its new value."""
+    n_ghost, head, tail, used = ghost
     if limit < 1 or state[x] & GHOST:
-        return n_ghost, ghead, gtail
+        return ghost
+    size = ring.shape[0]
     while n_ghost + 1 > limit:
-        g = gtail
-        ghead, gtail = unlink_s(gprev, gnxt, ghead, gtail, g)
-        state[g] &= ~GHOST
-        n_ghost -= 1
-    ghead, gtail = push_head_s(gprev, gnxt, ghead, gtail, x)
+        y = ring[tail]
+        if state[y] & GHOST and gpos[y] == tail:
+            state[y] &= ~GHOST
+            n_ghost -= 1
+        tail = tail + 1 if tail + 1 < size else 0
+        used -= 1
+    if used == size:
+        head, tail, used = _ghost_squeeze(ring, gpos, state, tail, used)
+    ring[head] = x
+    gpos[x] = head
     state[x] |= GHOST
-    return n_ghost + 1, ghead, gtail
+    head = head + 1 if head + 1 < size else 0
+    return n_ghost + 1, head, tail, used + 1
 
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, ain_ratio=0.25, aout_ratio=0.5):
-    rows = new_rows(n_blocks)
-    prev, nxt, gprev, gnxt = rows[:, _PREV], rows[:, _NXT], rows[:, _GPREV], rows[:, _GNXT]
-    state = rows[:, _STATE]  # IN_A: in A1in, IN_B: in Am, GHOST: id in A1out
-    hi = ti = hm = tm = ho = to = np.int32(NIL)  # ends of A1in, Am, A1out
+    rows = new_rows(n_blocks, 4, 2)
+    prev, nxt, state, gpos = rows[:, _PREV], rows[:, _NXT], rows[:, _STATE], rows[:, _GPOS]
+    # state bits: IN_A in A1in, IN_B in Am, GHOST id in A1out
+    ain = new_ring(capacity, n_blocks)  # A1in only ever loses its oldest block: a ring
+    hi = ti = 0
+    hm = tm = np.int32(NIL)  # ends of Am
     ain_size = np.int64(capacity * ain_ratio)
     aout_size = np.int64(capacity * aout_ratio)
     am_size = capacity - ain_size
+    aout = new_ghost(aout_size)
+    out = (0, 0, 0, 0)  # A1out: live ids, head, tail, ring entries
     n_in = 0
     n_am = 0
-    n_out = 0
     evictions = 0
     max_resident = 0
     for i in range(block.shape[0]):
@@ -77,9 +144,9 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, ain_ratio=0.25, aout_rat
         if state[b] & IN_A:
             hit[i] = 1
             continue
-        hit_on_ghost, ho, to = ghost_take(gprev, gnxt, ho, to, state, b)
+        hit_on_ghost = ghost_take(state, b)
         if hit_on_ghost:
-            n_out -= 1
+            out = (out[0] - 1, out[1], out[2], out[3])
         if state[b] & IN_B:
             hit[i] = 1
             hm, tm = move_to_head_s(prev, nxt, hm, tm, b)
@@ -90,11 +157,10 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, ain_ratio=0.25, aout_rat
         while n_in + n_am + 1 > capacity:
             evictions += 1
             if n_in > ain_size:
-                x = ti
-                hi, ti = unlink_s(prev, nxt, hi, ti, x)
+                x, ti = ring_pop(ain, ti)
                 state[x] &= ~IN_A
                 n_in -= 1
-                n_out, ho, to = ghost_add(gprev, gnxt, ho, to, state, n_out, aout_size, x)
+                out = ghost_add(aout, gpos, state, out, aout_size, x)
             else:
                 x = tm
                 hm, tm = unlink_s(prev, nxt, hm, tm, x)
@@ -114,7 +180,7 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, ain_ratio=0.25, aout_rat
             state[b] |= IN_B
             n_am += 1
         else:
-            hi, ti = push_head_s(prev, nxt, hi, ti, b)
+            hi = ring_push(ain, hi, b)
             state[b] |= IN_A
             n_in += 1
         if n_in + n_am > max_resident:
