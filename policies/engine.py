@@ -115,6 +115,19 @@ def as_trace(trace_or_blocks) -> Trace:
     return trace_from_ids(ids)
 
 
+def dense_blocks(trace: Trace) -> tuple[np.ndarray, int]:
+    """The trace's block ids as contiguous int32 and their count, checked to lie in
+    0..n_blocks-1 (a compiled kernel indexes arrays with them unchecked)."""
+    block = np.ascontiguousarray(trace.block, dtype=np.int32)
+    n_blocks = int(trace.n_blocks)
+    if len(block) and (int(block.min()) < 0 or int(block.max()) >= n_blocks):
+        raise PolicyEngineError(
+            f"trace block ids must be dense in 0..{n_blocks - 1}; got "
+            f"{int(block.min())}..{int(block.max())} (build traces with the readers)"
+        )
+    return block, n_blocks
+
+
 @njit(cache=True)
 def _request_offsets(request, n_requests):
     """`Trace.request_offsets` in one O(n) pass without temporaries (request is non-decreasing)."""
@@ -135,14 +148,8 @@ class _Prepared:
 
     def __init__(self, trace: Trace):
         self.trace = trace
-        self.block = np.ascontiguousarray(trace.block, dtype=np.int32)
-        self.n_blocks = int(trace.n_blocks)
+        self.block, self.n_blocks = dense_blocks(trace)
         n = len(self.block)
-        if n and (int(self.block.min()) < 0 or int(self.block.max()) >= self.n_blocks):
-            raise PolicyEngineError(
-                f"trace block ids must be dense in 0..{self.n_blocks - 1}; got "
-                f"{int(self.block.min())}..{int(self.block.max())} (build traces with the readers)"
-            )
         self.offsets = _request_offsets(np.asarray(trace.request), trace.n_requests)
         self.tokens = np.ascontiguousarray(trace.tokens)
         self.total_tokens = int(self.tokens.sum())

@@ -14,8 +14,7 @@ from collections.abc import Iterable
 import numpy as np
 from numba import njit
 
-from .engine import as_trace, check_capacity
-from .trace import Trace
+from .engine import as_trace, check_capacity, dense_blocks
 
 
 @njit(cache=True)
@@ -60,14 +59,13 @@ def _stack_pass(block, n_blocks, dist, hist):
 
 
 def _blocks(trace_or_blocks) -> tuple[np.ndarray, int]:
-    trace = trace_or_blocks if isinstance(trace_or_blocks, Trace) else as_trace(trace_or_blocks)
-    return np.ascontiguousarray(trace.block, dtype=np.int32), int(trace.n_blocks)
+    return dense_blocks(as_trace(trace_or_blocks))
 
 
 def lru_stack_distances(block) -> np.ndarray:
     """LRU stack distance of every reference (int64; -1 for a block's first reference).
 
-    `block` is a Trace or a 1-D array of block ids (factorised when they are not dense).
+    `block` is a Trace or a 1-D array of any integer ids (factorised into dense ids first).
     """
     blocks, n_blocks = _blocks(block)
     dist = np.empty(len(blocks), dtype=np.int64)
@@ -89,7 +87,7 @@ def lru_hit_counts(trace_or_blocks, capacities: Iterable) -> np.ndarray:
 def lru_hit_ratio_curve(trace_or_blocks, capacities: Iterable) -> np.ndarray:
     """LRU block hit ratio at each capacity (float64), from one pass over the trace."""
     caps = list(capacities)
-    trace = trace_or_blocks if isinstance(trace_or_blocks, Trace) else as_trace(trace_or_blocks)
+    trace = as_trace(trace_or_blocks)
     n = len(trace)
     hits = lru_hit_counts(trace, caps)
     return hits / n if n else np.zeros(len(caps))

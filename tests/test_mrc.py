@@ -62,3 +62,13 @@ def test_capacity_errors_and_capacity_grid():
     assert curve_capacities(3, 100).tolist() == [1, 2, 3]
     with pytest.raises(ValueError):
         curve_capacities(10, 0)
+
+
+def test_out_of_range_block_ids_are_refused():
+    import dataclasses
+
+    from sitsprof.policies.errors import PolicyEngineError
+
+    trace = dataclasses.replace(trace_from_ids(np.array([5, 6, 5, 7])), n_blocks=2)
+    with pytest.raises(PolicyEngineError, match="dense in 0..1"):
+        lru_hit_ratio_curve(trace, [1, 2])
