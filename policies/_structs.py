@@ -14,6 +14,9 @@ Two flavours of the same operations (all inlined into the caller by numba):
   hot paths: the ends stay in registers. An LRU kernel runs several times faster this way.
 - array ends: list `q` is `head[q]`, `tail[q]` (arrays from `new_lists`), for a kernel that
   keeps many lists, e.g. one per frequency.
+
+These helpers are inlined, and numba's on-disk cache of a kernel only watches the kernel's
+own file: after editing this one, delete `policies/__pycache__/*.nbi` and `*.nbc`.
 """
 from __future__ import annotations
 
