@@ -8,6 +8,13 @@ main. To make room: when main holds more than its share (or small is empty), mai
 is re-inserted at the head with counter min(c, 3) - 1 while its counter is non-zero, else
 evicted; otherwise small's tail moves to main (counter reset to 0) when its counter reached
 the threshold (2), else it is evicted and its id enters the ghost, until one block has left.
+
+Like libCacheSim, a block enters the small queue only when it is smaller than that queue,
+so below 20 blocks only ghost hits are admitted, and below 10 blocks (no small queue at all,
+a configuration libCacheSim rejects) nothing is cached.
+
+Small and main only ever lose their oldest block, so they are rings; the ghost, which loses
+ids anywhere, is a ring with tombstones (twoq.py).
 """
 from __future__ import annotations
 

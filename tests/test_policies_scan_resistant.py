@@ -177,6 +177,16 @@ def test_s3fifo_one_hit_blocks_leave_through_the_small_queue():
     assert lcs_flags("s3fifo", seq, 20).tolist() == hit.tolist()
 
 
+def test_s3fifo_without_a_small_queue_caches_nothing():
+    # Capacity 9: the small queue would get int(0.9) = 0 blocks; libCacheSim rejects this
+    # configuration, we admit nothing rather than invent a queue size.
+    block = np.array([0, 1, 0, 1, 0, 1], dtype=np.int32)
+    hit, evictions, max_resident = kernel_flags("s3fifo", block, 2, 9)
+    assert hit.tolist() == [0] * 6 and evictions == 0 and max_resident == 0
+    assert kernel_flags("s3fifo", block, 2, 10)[0].tolist() == [0, 0, 0, 0, 0, 0]  # small = 1
+    assert kernel_flags("s3fifo", block, 2, 20)[0].tolist() == [0, 0, 1, 1, 1, 1]
+
+
 def test_lirs_pruning_stays_linear():
     # A long trace with many HIR entries piling up above the LIR blocks: pruning each entry
     # once keeps this to well under a second; re-scanning the stack would take minutes.
