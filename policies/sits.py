@@ -322,7 +322,7 @@ def reference_windows(offsets: np.ndarray, window_refs: int) -> np.ndarray:
     return np.concatenate((first[req_starts], [offsets[-1]])).astype(np.int64)
 
 
-def shadow_shift(capacity: int, target: int = 4096) -> int:
+def shadow_shift(capacity: int, target: int = 2048) -> int:
     """Sampling exponent k: shadows see 1/2^k of the blocks with capacity/2^k, at least ~target slots."""
     return max(0, int(math.floor(math.log2(max(capacity, 1) / target)))) if capacity > target else 0
 
@@ -349,7 +349,7 @@ def shadow_hits(block: np.ndarray, n_blocks: int, capacity: int, k: int) -> tupl
 @dataclass
 class SitsConfig:
     window_s: float = 60.0
-    window_refs: int = 65536
+    window_refs: int = 1 << 18
     alpha: float = 0.6
     adapt: bool = True
     score_threshold: float = 0.5
@@ -548,7 +548,7 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
     return hit, cache.evictions, int(cache.state[1]), seconds, extra
 
 
-def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=65536, initial="scan", threshold=False):
+def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=1 << 18, initial="scan", threshold=False):
     """Engine-contract entry point (plain Python around the compiled cache).
 
     The engine passes only block ids and request offsets: windows are by reference count,
