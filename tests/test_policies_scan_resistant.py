@@ -25,19 +25,19 @@ MOONCAKE_CAPACITIES = (1000, 10000, 50000)
 ZIPF_CAPACITIES = (500, 5000, 20000)
 
 
-def kernel_flags(policy: str, block: np.ndarray, n_blocks: int, capacity: int):
+def kernel_flags(policy: str, block: np.ndarray, n_blocks: int, capacity: int, *params):
     """(hit flags, evictions, max_resident) straight from the policy kernel."""
     hit = np.full(len(block), 7, dtype=np.uint8)  # not 0/1, so an unwritten flag shows
     offsets = np.array([0, len(block)], dtype=np.int64)
-    ev, mr = get_policy(policy).KERNEL(block, offsets, n_blocks, capacity, hit)
+    ev, mr = get_policy(policy).KERNEL(block, offsets, n_blocks, capacity, hit, *params)
     return hit, int(ev), int(mr)
 
 
-def lcs_flags(policy: str, ids, capacity: int) -> np.ndarray:
+def lcs_flags(policy: str, ids, capacity: int, **params) -> np.ndarray:
     """libCacheSim's hit/miss for every reference, one `get` at a time."""
     # A small initial hash table (it grows on demand): the default 2^24 slots per queue cost
     # more to allocate than these short traces take to replay.
-    cache = getattr(lcs, LCS_CLASSES[LCS_KEY[policy]])(cache_size=capacity, hashpower=12)
+    cache = getattr(lcs, LCS_CLASSES[LCS_KEY[policy]])(cache_size=capacity, hashpower=12, **params)
     req = lcs.Request()
     req.obj_size = 1
     out = np.zeros(len(ids), dtype=np.uint8)
@@ -108,6 +108,25 @@ def test_every_reference_agrees_on_seeded_random_traces(policy):
         capacity = int(rng.integers(20, 400))
         ids = rng.integers(0, rng.integers(8, 3 * capacity), int(rng.integers(200, 1500)))
         assert_same_flags(policy, ids, capacity)
+
+
+@pytest.mark.parametrize(
+    "policy, ours_params, lcs_params",
+    [
+        ("s3fifo", (0.2, 0.5, 1), dict(small_size_ratio=0.2, ghost_size_ratio=0.5, move_to_main_threshold=1)),
+        ("s3fifo", (0.05, 1.5, 3), dict(small_size_ratio=0.05, ghost_size_ratio=1.5, move_to_main_threshold=3)),
+        ("2q", (0.4, 0.25), dict(a_in_size_ratio=0.4, a_out_size_ratio=0.25)),
+    ],
+)
+def test_parameters_mean_what_libcachesim_means(policy, ours_params, lcs_params):
+    rng = np.random.default_rng(17)
+    for _ in range(10):
+        capacity = int(rng.integers(40, 300))
+        ids = rng.integers(0, rng.integers(20, 3 * capacity), 1500)
+        block = np.unique(ids, return_inverse=True)[1].astype(np.int32)
+        ours = kernel_flags(policy, block, int(block.max()) + 1, capacity, *ours_params)[0]
+        theirs = lcs_flags(policy, ids, capacity, **lcs_params)
+        assert np.array_equal(ours, theirs), (policy, capacity, ours_params)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
