@@ -111,11 +111,86 @@ def serve_metrics(trace_path, policy_text, capacity_text, calibration, model_nam
         server.server_close()
 
 
+# The brief's claims (DESIGN.md), re-run rather than repeated.
+CLAIMS = (
+    ("lru,prefix_lru,semantic-shard", "claimed hit: LRU 21% / prefix cache 44% / semantic shard 69% (128K context)"),
+    ("lirs,lru,lfu", "claimed: LIRS 63.2% hit, 2.1 TPS, 417 ms P95 vs LRU 48.7%, 1.6 TPS, 589 ms"),
+)
+
+
+@click.command("claims")
+@click.option("--mooncake", "mooncake_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Also run on this Mooncake trace (at 1000, 10000, 50000 blocks).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the three-stack workload.")
+@click.option("--calibration", default=None, help="Calibration JSON (default: hopper-published, not measured).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
+def claims_cmd(mooncake_path, seed, calibration, as_json):
+    """Re-run the brief's comparisons (LRU vs prefix vs semantic shard; LIRS vs LRU vs LFU) on the
+    three-stack workload (capacities 1%/10%/50% of its blocks) and, if given, a Mooncake trace."""
+    import json
+
+    from sitsprof.policies import generator
+
+    from .policy import load_trace, parse_policies, stdout_console
+
+    workloads = []
+    requests = generator.generate_requests(seed=seed)
+    trace = generator.requests_to_trace(requests, source=f"generator(seed={seed})")
+    workloads.append(("three-stack", trace, sorted({max(1, round(f * trace.n_blocks)) for f in (0.01, 0.1, 0.5)})))
+    if mooncake_path:
+        workloads.append(("mooncake", load_trace(mooncake_path, None, False)[0], [1000, 10000, 50000]))
+    document = []
+    for name, tr, caps in workloads:
+        for policy_text, claim in CLAIMS:
+            results = run_policies(tr, parse_policies(policy_text), caps, show=not as_json, calibration=calibration)
+            rows = []
+            for r in results:
+                cost = r.extra.get("cost") or {}
+                stacks = _stack_hit_ratios(tr, r)
+                rows.append({"policy": r.policy, "capacity": r.capacity, "block_hit_ratio": r.block_hit_ratio,
+                             "prefix_hit_ratio": r.prefix_hit_ratio, "ttft_p95_ms": cost.get("ttft_p95_ms"),
+                             "ttft_p99_ms": cost.get("ttft_p99_ms"), "tokens_per_s": cost.get("tokens_per_s"),
+                             "stack_hit_ratio": stacks})
+            document.append({"workload": name, "blocks": int(tr.n_blocks), "claim": claim, "rows": rows})
+            if not as_json:
+                stdout_console().print(_claims_table(name, tr, claim, rows))
+    if as_json:
+        click.echo(json.dumps(document, indent=2))
+
+
+def _stack_hit_ratios(trace, result) -> dict:
+    import numpy as np
+
+    if not trace.tenant_names:
+        return {}
+    offsets = trace.request_offsets
+    tenant = trace.tenant[offsets[:-1]]
+    refs = np.diff(offsets)
+    return {name: float(result.request_hits[tenant == code].sum() / max(refs[tenant == code].sum(), 1))
+            for code, name in enumerate(trace.tenant_names)}
+
+
+def _claims_table(name, trace, claim, rows):
+    from rich.table import Table
+
+    table = Table(title=f"{name} ({trace.n_blocks:,} blocks): {claim}", title_justify="left")
+    stacks = list(rows[0]["stack_hit_ratio"]) if rows else []
+    for col in ["policy", "capacity", "block hit", "prefix hit", *[f"hit {s}" for s in stacks], "P95 ms", "tok/s"]:
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for r in rows:
+        tps = r["tokens_per_s"]
+        table.add_row(r["policy"], f"{r['capacity']:,}", f"{r['block_hit_ratio']:.4f}", f"{r['prefix_hit_ratio']:.4f}",
+                      *[f"{r['stack_hit_ratio'][s]:.4f}" for s in stacks], f"{r['ttft_p95_ms']:,.1f}",
+                      "-" if tps is None else f"{tps:,.1f}")
+    return table
+
+
 def _register() -> None:
     from .policy import policy_group
 
-    if "serve-metrics" not in policy_group.commands:
-        policy_group.add_command(serve_metrics)
+    for command in (serve_metrics, claims_cmd):
+        if command.name not in policy_group.commands:
+            policy_group.add_command(command)
 
 
 _register()

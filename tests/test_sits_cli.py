@@ -104,3 +104,16 @@ def test_demo_includes_the_sits_policies(capsys, tmp_path):
     policies = {r["policy"] for r in doc["results"]}
     assert {"sits", "semantic-shard"} <= policies
     assert "cost model: calibration hopper-published" in out
+
+
+def test_claims_rerun_the_brief_comparisons(capsys):
+    code, out, err = run(capsys, "policy", "claims", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [d["workload"] for d in doc] == ["three-stack", "three-stack"]
+    first, second = doc
+    assert {r["policy"] for r in first["rows"]} == {"lru", "prefix_lru", "semantic-shard"}
+    assert {r["policy"] for r in second["rows"]} == {"lirs", "lru", "lfu"}
+    for row in first["rows"] + second["rows"]:
+        assert set(row["stack_hit_ratio"]) == {"qwen2-72b", "deepseek-v2", "phi-3-mini"}
+        assert row["ttft_p95_ms"] > 0 and 0 <= row["block_hit_ratio"] <= 1
