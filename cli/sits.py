@@ -19,18 +19,25 @@ def run_policies(trace, policies, capacities, show: bool, calibration=None, mode
     from sitsprof.policies.costmodel import simulate_many_costed
     from sitsprof.policies.models import DEFAULT_MODEL
 
+    from sitsprof.policies.metrics import result_metrics
+
     cost = {"calibration": calibration, "model": model or DEFAULT_MODEL, "miss": miss}
     console = console or Console(stderr=True)
     total = len(policies) * len(capacities)
     if not show or not console.is_terminal or total < 2:
-        return simulate_many_costed(trace, policies, capacities, **cost)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task(f"{policies[0]} @ {capacities[0]:,}", total=total)
-        return simulate_many_costed(
-            trace, policies, capacities,
-            progress=lambda done, _total, label: progress.update(task, completed=done, description=f"done {label}"),
-            **cost)
+        results = simulate_many_costed(trace, policies, capacities, **cost)
+    else:
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task(f"{policies[0]} @ {capacities[0]:,}", total=total)
+            results = simulate_many_costed(
+                trace, policies, capacities,
+                progress=lambda done, _total, label: progress.update(task, completed=done, description=f"done {label}"),
+                **cost)
+    span = float(trace.time[-1] - trace.time[0]) if len(trace) else 0.0
+    for r in results:  # the Prometheus figures, also in --json
+        r.extra["metrics"] = result_metrics(r, span)
+    return results
 
 
 def _notes(result) -> str:

@@ -454,9 +454,9 @@ def run(trace: Trace, capacity: int, offsets=None, **kwargs):
     """Replay `trace` through the SITS adaptive policy; returns the engine's SimResult with
     ``extra``: events, behaviour share, switches, cost-model summary, CTCCI.
 
-    Keywords: calibration, model, miss (cost model); gate (a threshold.ThresholdEngine, which
-    keeps the controller disarmed, serving ``scan``, until it fires); hit_out (receives the
-    per-reference hit flags); the rest are SitsConfig fields. ``seconds`` covers the whole
+    Keywords: calibration, model, miss (cost model); threshold=True or gate (a
+    threshold.ThresholdEngine), which keeps the controller disarmed, serving ``scan``, until
+    it fires; hit_out (receives the per-reference hit flags); the rest are SitsConfig fields. ``seconds`` covers the whole
     run (cost model, shadows, controller), not only the cache.
     """
     from .costmodel import request_offsets
@@ -471,7 +471,7 @@ def run(trace: Trace, capacity: int, offsets=None, **kwargs):
 
 def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=None, trace: Trace | None = None,
             calibration=None, model: str = "qwen2-72b", miss: str = "recompute", gate=None, hit_out=None,
-            **params):
+            threshold: bool = False, **params):
     """The SITS run over plain arrays. `times` None: windows by reference count only, event
     times are reference indices, load 1. `tokens` None: every block is full. `trace` (when
     given) supplies model stacks to the cost model and enables the run summary (TTFT
@@ -482,6 +482,10 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
 
     capacity = check_capacity(capacity)
     cfg = SitsConfig(**params)
+    if threshold and gate is None:
+        from .threshold import ThresholdEngine
+
+        gate = ThresholdEngine(calibration=calibration)
     start = time.perf_counter()
     n = len(block)
     n_req = len(offsets) - 1
@@ -555,14 +559,9 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=1 << 18, ini
     every block counts as full and the default model prices it. Use `run` with the Trace for
     time windows, model stacks, the run's cost summary and the event log.
     """
-    gate = None
-    if threshold:
-        from .threshold import ThresholdEngine
-
-        gate = ThresholdEngine()
     _, evictions, max_resident, _, _ = _replay(np.asarray(block), np.asarray(req_offsets, dtype=np.int64),
                                                int(n_blocks), int(capacity), window_refs=int(window_refs),
-                                               initial=initial, hit_out=hit, gate=gate)
+                                               initial=initial, hit_out=hit, threshold=bool(threshold))
     return evictions, max_resident
 
 

@@ -82,3 +82,23 @@ def test_within_budget_swaps_the_back_buffer():
 
 def test_entry_cost_defaults_to_calibrated_hbm_latency():
     assert ThresholdEngine().entry_ns == pytest.approx(650 / 1.98)
+
+
+def test_threshold_gate_in_a_sits_run():
+    from sitsprof.policies import sits
+    from sitsprof.policies.readers import trace_from_ids
+
+    # 200 s of hits on 50 hot blocks, then only new blocks: every window's P99 is a miss
+    ids = np.concatenate((np.tile(np.arange(50), 40), np.arange(1000, 4000)))
+    trace = trace_from_ids(ids, times=np.arange(len(ids), dtype=float) * 0.1)
+    r = sits.run(trace, 100, threshold=True, window_s=30.0)
+    events = r.extra["events"]
+    breaches = [e["window"] for e in events if e["event"] == "breach"]
+    switch = next(e for e in events if e["event"] == "switch")
+    assert breaches[:3] == [6, 7, 8] and switch["window"] == 8  # the third breaching window
+    assert r.extra["threshold"]["fired"] and r.extra["threshold"]["rollbacks"] == 0
+    decisions = [e for e in events if e["event"] == "decision"]
+    assert len(decisions) == r.extra["windows"]
+    # until the switch the controller only holds (baseline: scan resistance); then it decides
+    assert all(e["action"] == "hold" for e in decisions if e["window"] < 8)
+    assert all(e["action"] != "hold" for e in decisions if e["window"] >= 8)
