@@ -4,12 +4,14 @@ The cache keeps ARC's four lists (T1/T2 resident, B1/B2 ghosts; see arc.py) and 
 one of two *behaviours* over the same lists:
 
 - ``recency``: one LRU list: misses enter T2 at its head and T2's tail is evicted, once
-  whatever T1 held from a scan period has drained (T1's tail goes first);
+  whatever T1 held from a scan period has drained (T1's tail goes first); victims are
+  forgotten rather than kept as ghosts (ghost upkeep would double the cost of a miss);
 - ``scan`` (scan resistance): ARC's REPLACE, with T1's target size `p` adapted by ghost hits.
 
-Both behaviours keep `p` and the ghosts up to date, so a switch is a flip of one flag: every
-resident block stays (no cold cache) and the other behaviour's metadata is already warm.
-Pinned to one behaviour from the start, the cache is exactly LRU or exactly ARC (tested).
+A switch is a flip of one flag over the same lists: every resident block stays (no cold
+cache). Ghost hits adapt `p` in both behaviours; the ghosts themselves are what scan periods
+left. Pinned to one behaviour from the start, the cache is exactly LRU or exactly ARC
+(tested).
 
 Which behaviour serves is decided once per window (``window_s`` of trace time or
 ``window_refs`` references, at request boundaries) by a controller that logs every decision:
@@ -20,9 +22,9 @@ Which behaviour serves is decided once per window (``window_s`` of trace time or
    per window, say which behaviour is winning on this workload right now.
 2. Signals: access-pattern entropy H (Shannon entropy, bits, of the window's block ids hashed
    into 256 buckets, so 0 <= H <= 8) and latency sensitivity d (P99 TTFT of the window's
-   requests in ms, from the cost model). Windows of more than 2048 requests (8192
-   references) use evenly spaced samples of at most 2048 requests (about 8192 references). score = a*min(1, H/8) + (1-a)*min(1, d/200); a
-   starts at 0.6 and moves with load (see ``adapt_alpha``).
+   requests in ms, from the cost model; larger windows use evenly spaced samples of at most
+   2048 requests and about 8192 references). score = a*min(1, H/8) + (1-a)*min(1, d/200);
+   a starts at 0.6 and moves with load (see ``adapt_alpha``).
 3. Action matrix: H < 2.5 and d < 50 ms -> ``keep`` (no change); H > 6 and d > 150 ms ->
    ``migrate`` to the shadow winner once it leads by ``migrate_margin`` (0.1%) of the sampled
    references; elsewhere -> ``migrate`` only when score >= ``score_threshold`` (0.5) and the
