@@ -164,6 +164,9 @@ def test_compiled_helpers_match_their_numpy_definitions():
         assert np.array_equal(np.unique(block[expected], return_inverse=True)[1].ravel(),
                               np.unique(dense, return_inverse=True)[1].ravel())
     assert sits.window_entropy(block, 100, 5_000) == pytest.approx(access_entropy(block[100:5_000]))
+    values = rng.random(3_000)
+    for m in (1, 2, 101, 2_048):
+        assert sits.p99(values, m) == pytest.approx(np.percentile(values[:m], 99))
 
 
 def test_reference_count_windows_start_at_request_boundaries():
