@@ -78,7 +78,7 @@ def ghost_take(state, x):
     return False
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ghost_squeeze(ring, gpos, state, tail, used):
     """Rewrite the live entries, oldest first, from index 0; returns (head, tail, used)."""
     size = ring.shape[0]
