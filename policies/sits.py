@@ -14,7 +14,9 @@ left. Pinned to one behaviour from the start, the cache is exactly LRU or exactl
 (tested).
 
 Which behaviour serves is decided once per window (``window_s`` of trace time or
-``window_refs`` references, at request boundaries) by a controller that logs every decision:
+``window_refs`` references, at request boundaries; without trace time the default is a
+trace's references / 64, at least 4096, so a run has about 64 windows whatever its size) by
+a controller that logs every decision:
 
 1. Shadow evaluation: LRU and ARC replay a spatially sampled slice of the trace (blocks whose
    hash falls in 1/2^k of the space, capacity scaled by the same 1/2^k: the "miniature
@@ -351,7 +353,7 @@ def shadow_hits(block: np.ndarray, n_blocks: int, capacity: int, k: int) -> tupl
 @dataclass
 class SitsConfig:
     window_s: float = 60.0
-    window_refs: int = 1 << 18
+    window_refs: int | None = None  # None: no cap on time windows; without time, references / 64
     alpha: float = 0.6
     adapt: bool = True
     score_threshold: float = 0.5
@@ -367,8 +369,11 @@ class SitsConfig:
             raise PolicyEngineError(f"initial behaviour {self.initial!r} unknown; choose from {', '.join(BEHAVIOURS)}")
         if not 0.0 <= self.alpha <= 1.0:
             raise PolicyEngineError(f"alpha {self.alpha} must be within 0..1")
-        if self.window_refs < 1:
+        if self.window_refs is not None and self.window_refs < 1:
             raise PolicyEngineError(f"window_refs {self.window_refs} must be at least 1")
+
+    def refs_per_window(self, n_refs: int) -> int:
+        return int(self.window_refs) if self.window_refs is not None else max(4096, -(-n_refs // 64))
 
 
 @dataclass
@@ -510,10 +515,11 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
     table, index = cost.coefficients(trace)
     prefix_only = cost.miss == "recompute"
     if times is None:
-        bounds = reference_windows(offsets, cfg.window_refs)
+        bounds = reference_windows(offsets, cfg.refs_per_window(n))
         span = 0.0
     else:
-        bounds = window_bounds(trace, cfg.window_s, cfg.window_refs, offsets)
+        cap = cfg.window_refs if cfg.window_refs is not None else 1 << 62  # time windows only
+        bounds = window_bounds(trace, cfg.window_s, cap, offsets)
         span = float(times[-1] - times[0]) if n else 0.0
     mean_rate = n_req / span if span > 0 else float("nan")
     k = shadow_shift(capacity) if cfg.sample_shift is None else int(cfg.sample_shift)
@@ -567,15 +573,17 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
     return hit, cache.evictions, int(cache.state[1]), seconds, extra
 
 
-def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=1 << 18, initial="scan", threshold=False):
+def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=0, initial="scan", threshold=False):
     """Engine-contract entry point (plain Python around the compiled cache).
 
-    The engine passes only block ids and request offsets: windows are by reference count,
-    every block counts as full and the default model prices it. Use `run` with the Trace for
+    The engine passes only block ids and request offsets: windows are by reference count
+    (window_refs, 0 for the default of about 64 windows), every block counts as full and the
+    default model prices it. Use `run` with the Trace for
     time windows, model stacks, the run's cost summary and the event log.
     """
     _, evictions, max_resident, _, _ = _replay(np.asarray(block), np.asarray(req_offsets, dtype=np.int64),
-                                               int(n_blocks), int(capacity), window_refs=int(window_refs),
+                                               int(n_blocks), int(capacity),
+                                               window_refs=int(window_refs) if window_refs else None,
                                                initial=initial, hit_out=hit, threshold=bool(threshold))
     return evictions, max_resident
 
