@@ -9,8 +9,9 @@ Shard key (``shard_key``):
 Keys map onto at most ``shards`` (16) shards by hash (embedding clusters beyond that wrap).
 
 Capacity: shards start with equal slots; after every window (``window_s`` of trace time) the
-slots are rebalanced in proportion to each shard's decayed reference count (at least one
-slot each), and shards above their new size evict from their LRU tail.
+SITS action matrix (entropy H, P99 d, score; see sits.py) decides whether the slots move;
+when they do they are rebalanced in proportion to each shard's decayed reference count (at
+least one slot each), and shards above their new size evict from their LRU tail.
 
 TTL: an entry is valid while ``now - last access < ttl_s`` (180 s of trace time by default);
 an expired entry is a miss and is dropped (counted as an expiry, not an eviction). Expired
@@ -163,11 +164,20 @@ def allocate(capacity: int, demand: np.ndarray) -> np.ndarray:
 
 def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int = 16, ttl_s: float = 180.0,
         window_s: float = 60.0, memory: float = 0.5, texts=None, embedder=None, similarity: float = 0.8,
-        hit_out=None, calibration=None, model: str = "qwen2-72b", miss: str = "recompute"):
-    """Replay `trace` through the semantic shard cache; a SimResult with shard figures in ``extra``."""
-    from .costmodel import CostModel, request_offsets
+        hit_out=None, calibration=None, model: str = "qwen2-72b", miss: str = "recompute", gated: bool = True,
+        alpha: float = 0.6):
+    """Replay `trace` through the semantic shard cache; a SimResult with shard figures in ``extra``.
+
+    With `gated` (default) the SITS action matrix decides, per window, whether the shard
+    slots move: entropy H of the window's blocks and P99 TTFT d (cost model) give the cell
+    and score (sits.py); ``keep`` leaves the slots as they are, ``migrate`` rebalances them.
+    Every window logs a ``rebalance`` event with H, d, score, cell, action and the slots."""
+    from .costmodel import CostModel, request_offsets, ttft_kernel
     from .engine import check_capacity
-    from .sits import sim_result, window_bounds
+    from .sits import (
+        ENTROPY_SAMPLE, P99_SAMPLE, action_cell, adapt_alpha, migration_score, p99, sim_result, window_bounds,
+        window_entropy,
+    )
     from .tenancy import ctcci
 
     capacity = check_capacity(capacity)
@@ -195,6 +205,14 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
     hit = np.zeros(n, dtype=np.uint8)
     demand = np.zeros(shards)
     bounds = window_bounds(trace, window_s, 1 << 62, offsets)
+    cost = CostModel(calibration, model=model, miss=miss)
+    table, index = cost.coefficients(trace)
+    tokens = np.ascontiguousarray(trace.tokens, dtype=np.int32)
+    sample = np.zeros(P99_SAMPLE)
+    request_of = np.searchsorted(offsets, bounds, side="right") - 1
+    n_req = len(offsets) - 1
+    span = float(now[-1] - now[0]) if n else 0.0
+    mean_rate = n_req / span if span > 0 else float("nan")
     events = []
     max_resident = 0
     for w in range(len(bounds) - 1):
@@ -204,15 +222,28 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
                       float(ttl_s), hit, evicted, expired, cross)
         max_resident = max(max_resident, int(size.sum()))
         demand = demand * memory + np.bincount(shard[lo:hi], minlength=shards)
-        cap = allocate(capacity, demand)
+        r0, r1 = int(request_of[w]), int(request_of[w + 1]) if hi < n else n_req
+        stride = max(1, -(-(r1 - r0) // P99_SAMPLE))
+        ttft_kernel(r0, r1, stride, offsets, hit, tokens, trace.block_tokens, index, table,
+                    cost.miss == "recompute", sample)
+        d_ms = p99(sample, (r1 - r0 + stride - 1) // stride) * 1e3
+        h_bits = window_entropy(block, lo, hi, max(1, (hi - lo) // ENTROPY_SAMPLE))
+        dur = float(now[hi - 1] - now[lo])
+        load = ((r1 - r0) / dur) / mean_rate if dur > 0 and mean_rate > 0 else 1.0
+        a = adapt_alpha(alpha, load)
+        score = migration_score(h_bits, d_ms, a)
+        cell = action_cell(h_bits, d_ms)
+        move = not gated or cell == "migrate" or (cell == "score" and score >= 0.5)
+        if move:
+            cap = allocate(capacity, demand)
         shrink(prev, nxt, head, tail, size, cap, owner, last_t, float(now[hi - 1]), float(ttl_s), evicted, expired)
-        events.append({"event": "rebalance", "window": w, "time": float(now[hi - 1]),
-                       "hit_ratio": float(hit[lo:hi].mean()), "evictions": int(evicted.sum() - before),
-                       "slots": cap.tolist()})
+        events.append({"event": "rebalance", "window": w, "time": float(now[hi - 1]), "H": round(h_bits, 4),
+                       "d_ms": round(d_ms, 3), "alpha": round(a, 4), "score": round(score, 4), "cell": cell,
+                       "action": "migrate" if move else "keep", "hit_ratio": float(hit[lo:hi].mean()),
+                       "evictions": int(evicted.sum() - before), "slots": cap.tolist()})
     seconds = time.perf_counter() - start
     if hit_out is not None:
         hit_out[:n] = hit
-    span = float(now[-1] - now[0]) if n else 0.0
     total_evicted = int(evicted.sum())
     result = sim_result(trace, offsets, NAME, capacity, hit, total_evicted, max_resident, seconds, {})
     result.extra.update(
@@ -220,7 +251,7 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
         shard_evictions=evicted.tolist(), shard_expirations=expired.tolist(), cross_shard_hits=int(cross[0]),
         semantic_cache_hit_ratio=result.block_hit_ratio,
         shard_eviction_rate=total_evicted / span if span > 0 else 0.0,
-        cost=CostModel(calibration, model=model, miss=miss).summarize(trace, hit),
+        cost=cost.summarize(trace, hit),
         tenancy=ctcci(trace, hit), events=events,
     )
     return result

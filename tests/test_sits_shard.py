@@ -159,3 +159,18 @@ def test_ctcci_levels(index, name):
 def test_alert_thresholds_by_tenant_count():
     assert alert_threshold(2) == alert_threshold(99) == 0.08
     assert alert_threshold(100) == alert_threshold(1000) == 0.03
+
+
+def test_the_action_matrix_gates_rebalancing():
+    # one hot block per stack, requests 1 s apart: H is low and P99 small -> "keep": slots stay
+    trace = trace_from_requests([[1] if i % 2 else [2] for i in range(400)], arrival_ms=np.arange(400) * 1000.0,
+                                input_tokens=[100] * 400, tenant=[i % 2 for i in range(400)],
+                                tenant_names=("a", "b"))
+    r = ss.run(trace, 10, shard_key="tenant", shards=2, model="phi-3-mini")
+    events = r.extra["events"]
+    assert all(e["cell"] == "keep" and e["action"] == "keep" for e in events), events[0]
+    assert all(e["slots"] == [5, 5] for e in events)
+    ungated = ss.run(trace, 10, shard_key="tenant", shards=2, model="phi-3-mini", gated=False)
+    assert ungated.extra["events"][0]["action"] == "migrate"
+    for key in ("H", "d_ms", "score", "alpha"):
+        assert key in events[0]
