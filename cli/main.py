@@ -63,8 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except click.UsageError as exc:
+        # One line, like every other error: what was wrong and where to read the usage.
+        command = exc.ctx.command_path if exc.ctx is not None else "sitsprof"
+        click.echo(f"sitsprof: error: {exc.format_message()} (see '{command} --help')", err=True)
+        return exc.exit_code
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"sitsprof: error: {exc.format_message()}", err=True)
         return exc.exit_code
     except KeyboardInterrupt:
         click.echo("sitsprof: interrupted", err=True)
