@@ -41,14 +41,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, move_to_head_s, push_head_s, unlink_s
+from .arc import RECENCY, SCAN, new_state, replay_window
 from .errors import PolicyEngineError
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
 NAME = "sits"
 DESCRIPTION = "SITS adaptive: per-window entropy/P99 score switches recency vs ARC-style scan resistance, shadow-evaluated"
 
-RECENCY, SCAN = 0, 1
 BEHAVIOURS = ("recency", "scan")
 H_CAP, D_CAP_MS = 8.0, 200.0
 P99_SAMPLE = 2048  # a window's P99 is taken over at most this many evenly spaced requests
@@ -107,137 +106,19 @@ def access_entropy(block: np.ndarray) -> float:
 
 # ---------------------------------------------------------------------------- the cache
 
-_T1, _T2, _B1, _B2 = 0, 1, 2, 3  # list codes in `where`
-
-
-@njit(cache=True, inline="always")
-def _demote(prev, nxt, where, src_head, src_tail, dst_head, dst_tail, dst):
-    """Move the tail of one list to the head of list `dst`; returns both lists' new ends."""
-    x = src_tail
-    src_head, src_tail = unlink_s(prev, nxt, src_head, src_tail, x)
-    dst_head, dst_tail = push_head_s(prev, nxt, dst_head, dst_tail, x)
-    where[x] = dst
-    return src_head, src_tail, dst_head, dst_tail
-
-
-@njit(cache=True, inline="always")
-def _forget(prev, nxt, where, head, tail):
-    """Drop the tail of a list; returns the list's new ends."""
-    x = tail
-    head, tail = unlink_s(prev, nxt, head, tail, x)
-    where[x] = NIL
-    return head, tail
-
-
-@njit(cache=True)
-def replay_window(block, lo, hi, prev, nxt, where, ends, sizes, state, behaviour, capacity, hit):
-    """Serve references lo..hi-1 in `behaviour`. List ends (`ends`, 8), sizes (`sizes`, 4), ARC's
-    p and the most blocks ever resident (`state`) are loaded into locals and stored back.
-    Returns the evictions."""
-    h1, t1, h2, t2, hb1, tb1, hb2, tb2 = ends[0], ends[1], ends[2], ends[3], ends[4], ends[5], ends[6], ends[7]
-    n1, n2, nb1, nb2 = sizes[0], sizes[1], sizes[2], sizes[3]
-    p = state[0]
-    max_resident = state[1]
-    cap_f = float(capacity)
-    evictions = 0
-    for i in range(lo, hi):
-        b = block[i]
-        w = where[b]
-        if w == _T1:
-            hit[i] = 1
-            h1, t1 = unlink_s(prev, nxt, h1, t1, b)
-            h2, t2 = push_head_s(prev, nxt, h2, t2, b)
-            n1 -= 1
-            n2 += 1
-            where[b] = _T2
-            continue
-        if w == _T2:
-            hit[i] = 1
-            h2, t2 = move_to_head_s(prev, nxt, h2, t2, b)
-            continue
-        hit[i] = 0
-        ghost = w == _B1 or w == _B2
-        in_b2_hit = w == _B2
-        if w == _B1:  # ghost hits adapt p in both behaviours, so `scan` stays warm
-            p = min(p + max(nb2 / nb1, 1.0), cap_f)
-            hb1, tb1 = unlink_s(prev, nxt, hb1, tb1, b)
-            nb1 -= 1
-        elif w == _B2:
-            p = max(p - max(nb1 / nb2, 1.0), 0.0)
-            hb2, tb2 = unlink_s(prev, nxt, hb2, tb2, b)
-            nb2 -= 1
-        if behaviour == RECENCY:
-            # One LRU list (T2); T1, holding what a scan period admitted, drains first. Victims
-            # are forgotten, not kept as ghosts: ghost upkeep would double the cost of a miss.
-            while n1 + n2 + 1 > capacity:
-                evictions += 1
-                if n1 > 0:
-                    h1, t1 = _forget(prev, nxt, where, h1, t1)
-                    n1 -= 1
-                else:
-                    h2, t2 = _forget(prev, nxt, where, h2, t2)
-                    n2 -= 1
-            h2, t2 = push_head_s(prev, nxt, h2, t2, b)
-            n2 += 1
-            where[b] = _T2
-        else:
-            # ARC (as arc.py): case IV trims the ghosts first, then REPLACE.
-            while n1 + n2 + 1 > capacity:
-                evictions += 1
-                if not ghost:
-                    if n1 + nb1 + 1 > capacity:
-                        if nb1 == 0:
-                            h1, t1 = _forget(prev, nxt, where, h1, t1)
-                            n1 -= 1
-                            continue
-                        hb1, tb1 = _forget(prev, nxt, where, hb1, tb1)
-                        nb1 -= 1
-                    elif n1 + nb1 + n2 + nb2 >= 2 * capacity and nb2 > 0:
-                        hb2, tb2 = _forget(prev, nxt, where, hb2, tb2)
-                        nb2 -= 1
-                if (n1 > 0 and (n1 > p or (n1 == p and in_b2_hit))) or n2 == 0:
-                    h1, t1, hb1, tb1 = _demote(prev, nxt, where, h1, t1, hb1, tb1, _B1)
-                    n1 -= 1
-                    nb1 += 1
-                else:
-                    h2, t2, hb2, tb2 = _demote(prev, nxt, where, h2, t2, hb2, tb2, _B2)
-                    n2 -= 1
-                    nb2 += 1
-            if ghost:
-                h2, t2 = push_head_s(prev, nxt, h2, t2, b)
-                n2 += 1
-                where[b] = _T2
-            else:
-                h1, t1 = push_head_s(prev, nxt, h1, t1, b)
-                n1 += 1
-                where[b] = _T1
-        if n1 + n2 > max_resident:
-            max_resident = n1 + n2
-    ends[0], ends[1], ends[2], ends[3], ends[4], ends[5], ends[6], ends[7] = h1, t1, h2, t2, hb1, tb1, hb2, tb2
-    sizes[0], sizes[1], sizes[2], sizes[3] = n1, n2, nb1, nb2
-    state[0] = p
-    state[1] = max_resident
-    return evictions
+_T1, _T2 = 0, 1  # list codes in `where` (arc.py)
 
 
 class HybridCache:
-    """The SITS cache's metadata (ARC's four lists and p), resumable window by window."""
+    """The SITS cache's metadata (ARC's four lists and p), resumable window by window; the loop
+    is arc.replay_window, the same code as the ARC kernel."""
 
-    # Everything a switch must copy. Separate contiguous arrays measured faster here than one
-    # row per block (strided column views), and an int8 list code faster than an int32 one.
+    # Everything a switch must copy (arc.new_state).
     BUFFERS = ("prev", "nxt", "where", "ends", "sizes", "state")
 
     def __init__(self, n_blocks: int, capacity: int):
         self.capacity = int(capacity)
-        n = max(n_blocks, 1)
-        # Links are written when a block joins a list and read only while it is on one, so
-        # they need no initial value; `where` (which list, NIL for none) does.
-        self.prev = np.empty(n, dtype=np.int32)
-        self.nxt = np.empty(n, dtype=np.int32)
-        self.where = np.full(n, NIL, dtype=np.int8)
-        self.ends = np.full(8, NIL, dtype=np.int32)  # head, tail of T1, T2, B1, B2
-        self.sizes = np.zeros(4, dtype=np.int64)  # entries in T1, T2, B1, B2
-        self.state = np.zeros(2, dtype=np.float64)  # ARC's p, most blocks ever resident
+        self.prev, self.nxt, self.where, self.ends, self.sizes, self.state = new_state(n_blocks)
         self.evictions = 0
 
     def snapshot(self) -> dict:
