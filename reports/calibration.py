@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -264,20 +263,12 @@ def load_calibration(path: str | os.PathLike | None = None) -> dict:
 
 def write_calibration(obj: dict, path: str | os.PathLike) -> Path:
     """Validate, then write atomically (temporary file, fsync, rename)."""
+    from sitsprof.collectors.rundir import atomic_write_text
+
     validate_calibration(obj)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=2)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
     return path
 
 

@@ -254,12 +254,12 @@ def render_html(report: Report) -> str:
 
 
 def write_html(report: Report, path) -> Path:
-    """Render and write atomically (temporary file, rename); returns the path."""
+    """Render and write atomically (temporary file, fsync, rename); returns the path."""
+    from sitsprof.collectors.rundir import atomic_write_text
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(render_html(report), encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, render_html(report))
     return path
 
 

@@ -68,6 +68,20 @@ def test_measured_roundtrip(tmp_path, reference):
     assert latency_ns(obj, "hbm", "p99") == 150.0
 
 
+def test_written_file_is_shareable_and_leaves_no_temporary(tmp_path, reference):
+    """Calibration files are handed around a fleet: same permissions as any file the user
+    writes (umask), not a temporary file's private 0600, and no leftover temporary."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        path = write_calibration(_measured(reference), tmp_path / "cal.json")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["cal.json"]
+
+
 def _set(obj, dotted, value):
     keys = dotted.split(".")
     for k in keys[:-1]:
