@@ -150,9 +150,16 @@ class _Prepared:
         self.trace = trace
         self.block, self.n_blocks = dense_blocks(trace)
         n = len(self.block)
-        self.offsets = _request_offsets(np.asarray(trace.request), trace.n_requests)
-        self.tokens = np.ascontiguousarray(trace.tokens)
-        self.total_tokens = int(self.tokens.sum())
+        self.offsets = _request_offsets(np.ascontiguousarray(trace.request), trace.n_requests)
+        tokens = np.asarray(trace.tokens)
+        if n and tokens.strides[0] == 0:  # one weight for every reference: no array needed
+            self.token_weight = int(tokens[0])
+            self.tokens = np.zeros(0, dtype=np.int32)
+            self.total_tokens = self.token_weight * n
+        else:
+            self.token_weight = None
+            self.tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+            self.total_tokens = int(self.tokens.sum(dtype=np.int64))
         self.hit = np.zeros(n, dtype=np.uint8)
 
 
@@ -191,9 +198,11 @@ def _run(prep: _Prepared, module: ModuleType, capacity: int, params: dict) -> Si
 
 @njit(cache=True)
 def _request_stats(hit, offsets, tokens):
-    """Per-request hits, hits inside each request's leading run of hits, and hit tokens."""
+    """Per-request hits, hits inside each request's leading run of hits, and hit tokens
+    (summed from `tokens`; 0 when `tokens` is empty, i.e. every reference weighs the same)."""
     n_requests = offsets.shape[0] - 1
     request_hits = np.zeros(n_requests, dtype=np.int32)
+    weighted = tokens.shape[0] > 0
     prefix_hits = 0
     hit_tokens = 0
     for r in range(n_requests):
@@ -202,7 +211,8 @@ def _request_stats(hit, offsets, tokens):
         for i in range(offsets[r], offsets[r + 1]):
             if hit[i]:
                 count += 1
-                hit_tokens += tokens[i]
+                if weighted:
+                    hit_tokens += tokens[i]
                 if leading:
                     prefix_hits += 1
             else:
@@ -215,6 +225,8 @@ def _summarise(prep, name, capacity, hit, evictions, max_resident, seconds, para
     n = len(hit)
     request_hits, prefix_hits, hit_tokens = _request_stats(hit, prep.offsets, prep.tokens)
     hits = int(request_hits.sum(dtype=np.int64))
+    if prep.token_weight is not None:
+        hit_tokens = hits * prep.token_weight
     return SimResult(
         policy=name,
         capacity=capacity,

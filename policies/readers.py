@@ -20,7 +20,7 @@ requests  The DESIGN.md request format, one JSON object a line: `model_stack`,
           (what `sitsprof policy generate --as requests` writes). Tenant = model stack.
           A `.jsonl` file whose first object has `model_stack` is read as this format.
 
-Dense block ids come from one vectorised factorisation (pandas.factorize, first-appearance
+Dense block ids come from one compiled factorisation (`factorize.py`, first-appearance
 order), never a Python dict per id. Bad input raises `TraceFormatError` naming the file,
 the line (or record) and the problem; with `skip_bad_lines=True` bad lines are dropped,
 counted in `Trace.skipped_lines`, and the first few are kept in `Trace.skipped_examples`.
@@ -89,13 +89,30 @@ class _BadLines:
 
 
 def dense_ids(original: np.ndarray) -> tuple[np.ndarray, int]:
-    """Factorise ids into dense int32 codes 0..k-1 in order of first appearance; returns (codes, k)."""
+    """Factorise ids into dense int32 codes 0..k-1 in order of first appearance; returns (codes, k).
+
+    Integer ids go through the compiled factorisation in `factorize.py` (the codes of
+    `pandas.factorize(ids, sort=False)`, without importing pandas); uint64 ids are taken as
+    their int64 bit patterns, which keeps them distinct and in the same order. Anything else
+    (floats, objects) falls back to pandas.factorize."""
+    ids = np.asarray(original)
+    if ids.dtype.kind in "iub" and ids.ndim == 1 and len(ids) <= _INT32_MAX:
+        from .factorize import factorize_int64
+
+        if ids.dtype == np.uint64:
+            ids = ids.view(np.int64)
+        return factorize_int64(ids)
     import pandas as pd
 
-    codes, uniques = pd.factorize(np.asarray(original), sort=False)
+    codes, uniques = pd.factorize(ids, sort=False)
     if len(uniques) > _INT32_MAX:
         raise TraceFormatError("<trace>", f"{len(uniques)} distinct blocks do not fit int32 ids")
     return codes.astype(np.int32, copy=False), len(uniques)
+
+
+def constant_column(value, n: int, dtype) -> np.ndarray:
+    """A read-only length-`n` column holding `value` everywhere, in no memory (zero stride)."""
+    return np.broadcast_to(np.asarray(value, dtype=dtype), (n,))
 
 
 def trace_from_ids(
@@ -107,7 +124,12 @@ def trace_from_ids(
     source: str = "",
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
 ) -> Trace:
-    """A Trace where every reference is its own request (oracle/CSV style, synthetic traces)."""
+    """A Trace where every reference is its own request (oracle/CSV style, synthetic traces).
+
+    `request` is then 0..n-1 as int32 (int64 past 2^31 references) and the columns that are
+    the same for every reference (position 0; tokens 1 and tenant -1 when not given) are
+    read-only zero-stride views, so a trace costs about 20 bytes a reference plus its times
+    (docs/CONTRACTS.md, `Trace`)."""
     original = np.ascontiguousarray(obj_ids)
     if original.dtype == np.uint64:
         original = original.view(np.int64)
@@ -115,13 +137,13 @@ def trace_from_ids(
     n = len(original)
     block, n_blocks = dense_ids(original)
     return Trace(
-        time=np.zeros(n) if times is None else np.asarray(times, dtype=np.float64),
-        request=np.arange(n, dtype=np.int64),
+        time=constant_column(0.0, n, np.float64) if times is None else np.asarray(times, dtype=np.float64),
+        request=np.arange(n, dtype=np.int32 if n <= _INT32_MAX else np.int64),
         block=block,
         original_id=original,
-        position=np.zeros(n, dtype=np.int32),
-        tokens=np.ones(n, dtype=np.int32) if tokens is None else np.asarray(tokens, dtype=np.int32),
-        tenant=np.full(n, -1, dtype=np.int32) if tenant is None else np.asarray(tenant, dtype=np.int32),
+        position=constant_column(0, n, np.int32),
+        tokens=constant_column(1, n, np.int32) if tokens is None else np.asarray(tokens, dtype=np.int32),
+        tenant=constant_column(-1, n, np.int32) if tenant is None else np.asarray(tenant, dtype=np.int32),
         tenant_names=tuple(tenant_names),
         source=source,
         block_tokens=block_tokens,
@@ -387,8 +409,12 @@ def trace_from_requests(
 # --------------------------------------------------------------------------- oracleGeneral
 
 
-def read_oracle(path, skip_bad_lines: bool = False, chunk: int = 1 << 20) -> Trace:
-    """Read a libCacheSim oracleGeneral binary trace (one reference per record)."""
+def read_oracle(path, skip_bad_lines: bool = False, chunk: int = 1 << 18) -> Trace:
+    """Read a libCacheSim oracleGeneral binary trace (one reference per record).
+
+    Records are read in chunks into one reused buffer and split straight into the columns,
+    so the peak is the columns plus one chunk (6 MB). When every record has the same size
+    (as in most cache traces: size 1) `tokens` is a constant zero-stride column."""
     path = Path(path)
     bad = _BadLines(path, skip_bad_lines)
     size = path.stat().st_size
@@ -402,19 +428,37 @@ def read_oracle(path, skip_bad_lines: bool = False, chunk: int = 1 << 20) -> Tra
         )
     if n == 0:
         raise bad.empty("records")
-    # Read in chunks straight into the columns: peak memory is the columns plus one chunk.
-    obj_id = np.empty(n, dtype=np.uint64)
+    obj_id = np.empty(n, dtype=np.int64)
     time = np.empty(n, dtype=np.float64)
-    tokens = np.empty(n, dtype=np.int32)
-    with open(path, "rb") as handle:
-        for lo in range(0, n, chunk):
-            hi = min(n, lo + chunk)
-            records = np.fromfile(handle, dtype=ORACLE_DTYPE, count=hi - lo)
-            obj_id[lo:hi] = records["obj_id"]
+    tokens = None  # allocated only once two records differ in size
+    first_size = None
+    buf = np.empty(min(chunk, n), dtype=ORACLE_DTYPE)
+    raw = memoryview(buf.view(np.uint8))
+    with open(path, "rb", buffering=0) as handle:
+        for lo in range(0, n, len(buf)):
+            hi = min(n, lo + len(buf))
+            want = (hi - lo) * ORACLE_DTYPE.itemsize
+            got = 0
+            while got < want:
+                step = handle.readinto(raw[got:want])
+                if not step:
+                    raise TraceFormatError(path, f"the file ended at record {lo + got // 24 + 1} of {n} while being read")
+                got += step
+            records = buf[: hi - lo]
+            obj_id[lo:hi] = records["obj_id"].view(np.int64)
             time[lo:hi] = records["timestamp"]
-            tokens[lo:hi] = np.minimum(records["obj_size"], _INT32_MAX)
-    original = obj_id.view(np.int64)
-    trace = trace_from_ids(original, times=time, tokens=tokens, source=str(path))
+            sizes = records["obj_size"]
+            if tokens is None:
+                if first_size is None:
+                    first_size = int(sizes[0])
+                if int(sizes.min()) == first_size == int(sizes.max()):
+                    continue
+                tokens = np.empty(n, dtype=np.int32)
+                tokens[:lo] = min(first_size, _INT32_MAX)
+            tokens[lo:hi] = np.minimum(sizes, _INT32_MAX)
+    if tokens is None:
+        tokens = constant_column(min(first_size, _INT32_MAX), n, np.int32)
+    trace = trace_from_ids(obj_id, times=time, tokens=tokens, source=str(path))
     if bad.count:
         return _with_skips(trace, bad)
     return trace

@@ -18,12 +18,19 @@ class Trace:
     """Columnar block-reference trace; every per-reference array has the same length.
 
     time         float64  seconds since the trace's start
-    request      int64    request index (non-decreasing; references of one request are contiguous)
+    request      int64    request index (non-decreasing; references of one request are contiguous);
+                          int32 0..n-1 in traces of one reference per request (oracle, CSV, ids)
     block        int32    dense block id, 0..n_blocks-1, in order of first appearance
     original_id  int64    the id as the trace file gave it
     position     int32    position of the block within its request (0 = first block)
     tokens       int32    tokens this reference carries (a request's last block may be partial)
     tenant       int32    tenant / model-stack code into `tenant_names`, -1 where unknown
+
+    A column that holds one value for every reference (position 0 and tenant -1 of
+    one-reference requests, a constant size, no times) may be a read-only zero-stride view
+    (`np.broadcast_to`): it indexes, slices and sums like any array but costs no memory.
+    Treat columns as read-only; code that hands one to a compiled loop should make it
+    contiguous (`np.ascontiguousarray`) or, for a constant, use its one value.
     """
 
     time: np.ndarray
