@@ -17,7 +17,8 @@ curve x    100 libCacheSim LRU runs / our one-pass 100-point LRU curve (file alr
            libCacheSim's time is measured on `--lcs-curve-runs` of the 100 capacities and
            extrapolated to 100 (the table says how many were timed)
 peak MB    peak resident memory of a separate process that does our whole job (read, every
-           policy, the curve), interpreter, numpy, pandas and numba included, and the peak
+           policy, the curve), interpreter, numpy and numba included (and whatever else our
+           code imports on the way: the oracle path needs no pandas), and the peak
            resident size of each phase (Linux VmHWM, reset per phase): imports and JIT
            loading, reading, then each replay (column +MB: its peak over the loaded trace)
 
@@ -96,8 +97,6 @@ def measure_memory(oracle: Path, policies: list[str], capacity: int, points: int
     (Not getrusage's ru_maxrss: Linux carries it over execve, so a child forked from this
     bench would report the parent's size.)"""
     with _PeakRss() as warming:
-        import pandas  # noqa: F401  - read_trace factorises with it
-
         from sitsprof.policies.engine import simulate
         from sitsprof.policies.mrc import curve_capacities, lru_hit_ratio_curve
         from sitsprof.policies.readers import read_trace
@@ -122,7 +121,9 @@ def measure_memory(oracle: Path, policies: list[str], capacity: int, points: int
 
 
 def trace_nbytes(trace) -> int:
-    return sum(v.nbytes for v in vars(trace).values() if isinstance(v, np.ndarray))
+    """Bytes the trace's arrays hold: a zero-stride column (one value repeated) holds one item."""
+    return sum(v.itemsize if v.ndim == 1 and v.strides[0] == 0 else v.nbytes
+               for v in vars(trace).values() if isinstance(v, np.ndarray))
 
 
 def run(args) -> dict:
