@@ -42,6 +42,7 @@ import numpy as np
 from numba import njit
 
 from .arc import RECENCY, SCAN, new_state, replay_window
+from .costmodel import ttft_kernel
 from .errors import PolicyEngineError
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
@@ -173,26 +174,59 @@ def window_bounds(trace: Trace, window_s: float, window_refs: int, offsets: np.n
 
 
 @njit(cache=True)
-def sample_refs(block, n_blocks, k):
-    """The spatial sample: blocks whose hash (hash_buckets(., 16)) falls in 1/2**k of the
-    space. Returns (indices of their references, those references renumbered densely 0..m-1, m)."""
+def sample_refs(block, n_blocks, k, bounds):
+    """The spatial sample: references to blocks whose hash (hash_buckets(., 16)) falls in 1/2**k
+    of the space, over windows `bounds` (reference offsets, ascending). No temporary the
+    size of the trace. Returns (those references renumbered densely 0..m-1 in order of
+    first use, m, cuts: sampled references before each bound)."""
     mask = np.uint64((1 << k) - 1)
-    code = np.full(max(n_blocks, 1), -1, dtype=np.int32)
-    m = 0
-    for x in range(n_blocks):
-        if (np.uint64(x) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(48) & mask == 0:
-            code[x] = m
-            m += 1
-    index = np.empty(block.shape[0], dtype=np.int64)
-    dense = np.empty(block.shape[0], dtype=np.int32)
+    lo = bounds[0]
+    view = block[lo:bounds[bounds.shape[0] - 1]]  # loops over range(len) index without wraparound checks
     c = 0
-    for i in range(block.shape[0]):
-        d = code[block[i]]
-        if d >= 0:
-            index[c] = i
-            dense[c] = d
-            c += 1
-    return index[:c], dense[:c], m
+    for i in range(view.shape[0]):  # count, then compact: branch-free passes the compiler vectorises
+        c += ((np.uint64(view[i]) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(48) & mask) == 0
+    index = np.empty(c + 1, dtype=np.int64)
+    j = np.uint64(0)  # unsigned: no wraparound check on index[j]
+    for i in range(view.shape[0]):
+        index[j] = i
+        j += np.uint64(((np.uint64(view[i]) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(48) & mask) == 0)
+    index = index[:c]
+    cuts = np.searchsorted(index, bounds - lo)
+    code = np.full(max(n_blocks, 1), -1, dtype=np.int32)
+    dense = np.empty(c, dtype=np.int32)
+    m = 0
+    for j in range(c):
+        b = view[index[j]]
+        d = code[b]
+        if d < 0:
+            d = m
+            code[b] = m
+            m += 1
+        dense[j] = d
+    return dense, m, cuts
+
+
+@njit(cache=True)
+def shadow_counts(block, n_blocks, capacity, k, bounds):
+    """Replay the sampled slice through each behaviour pinned (exactly LRU and exactly ARC, at
+    capacity/2^k) in one compiled call. Returns int64 (3, windows): sampled references, their
+    RECENCY (LRU) hits and SCAN (ARC) hits per window."""
+    dense, m, cuts = sample_refs(block, n_blocks, k, bounds)
+    cap = max(1, capacity >> k)
+    nw = bounds.shape[0] - 1
+    out = np.zeros((3, nw), dtype=np.int64)
+    for w in range(nw):
+        out[0, w] = cuts[w + 1] - cuts[w]
+    h = np.empty(dense.shape[0], dtype=np.uint8)
+    for behaviour in range(2):  # RECENCY, SCAN
+        prev, nxt, where, ends, sizes, state = new_state(m)
+        replay_window(dense, 0, dense.shape[0], prev, nxt, where, ends, sizes, state, behaviour, cap, h)
+        for w in range(nw):
+            total = 0
+            for j in range(cuts[w], cuts[w + 1]):
+                total += h[j]
+            out[1 + behaviour, w] = total
+    return out
 
 
 def reference_windows(offsets: np.ndarray, window_refs: int) -> np.ndarray:
@@ -210,22 +244,6 @@ def reference_windows(offsets: np.ndarray, window_refs: int) -> np.ndarray:
 def shadow_shift(capacity: int, target: int = 2048) -> int:
     """Sampling exponent k: shadows see 1/2^k of the blocks with capacity/2^k, at least ~target slots."""
     return max(0, int(math.floor(math.log2(max(capacity, 1) / target)))) if capacity > target else 0
-
-
-def shadow_hits(block: np.ndarray, n_blocks: int, capacity: int, k: int) -> tuple[np.ndarray, dict[int, np.ndarray]]:
-    """Replay the sampled slice through each behaviour pinned (exactly LRU and exactly ARC):
-    (sampled reference indices, {behaviour: hit flags of those references})."""
-    if k > 0:
-        sampled, sub, m = sample_refs(block, n_blocks, k)
-    else:
-        sampled, sub, m = np.arange(len(block)), block, n_blocks
-    cap = max(1, capacity >> k)
-    out = {}
-    for behaviour in (RECENCY, SCAN):
-        h = np.zeros(len(sub), dtype=np.uint8)
-        HybridCache(m, cap).replay(sub, 0, len(sub), behaviour, h)
-        out[behaviour] = h
-    return sampled, out
 
 
 # ---------------------------------------------------------------------------- the run
@@ -308,12 +326,12 @@ def p99(values, m):
     """np.percentile(values[:m], 99) (linear interpolation), compiled; 0 when m == 0."""
     if m <= 0:
         return 0.0
-    a = np.sort(values[:m])
     pos = 0.99 * (m - 1)
     lo = int(pos)
+    a = np.partition(values[:m], lo)  # a selection, not a sort: linear in m
     if lo + 1 >= m:
-        return a[m - 1]
-    return a[lo] + (a[lo + 1] - a[lo]) * (pos - lo)
+        return a[lo]
+    return a[lo] + (a[lo + 1:].min() - a[lo]) * (pos - lo)
 
 
 @njit(cache=True)
@@ -330,6 +348,17 @@ def window_entropy(block, lo, hi, stride=1):
             q = c / n
             h -= q * np.log2(q)
     return h
+
+
+@njit(cache=True)
+def window_signals(block, lo, hi, r0, r1, offsets, hit, tokens, block_tokens, index, table, prefix_only, sample):
+    """A window's latency sensitivity d (P99 TTFT in ms of evenly spaced samples of at most
+    P99_SAMPLE of its requests r0..r1-1) and entropy H (bits, of about ENTROPY_SAMPLE evenly
+    spaced references lo..hi-1), in one compiled call."""
+    stride = max(1, -(-(r1 - r0) // P99_SAMPLE))  # ceil: at most P99_SAMPLE requests
+    ttft_kernel(r0, r1, stride, offsets, hit, tokens, block_tokens, index, table, prefix_only, sample)
+    d_ms = p99(sample, (r1 - r0 + stride - 1) // stride) * 1e3
+    return d_ms, window_entropy(block, lo, hi, max(1, (hi - lo) // ENTROPY_SAMPLE))
 
 
 def sim_result(trace: Trace, offsets, name, capacity, hit, evictions, max_resident, seconds, extra):
@@ -377,7 +406,7 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
     times are reference indices, load 1. `tokens` None: every block is full. `trace` (when
     given) supplies model stacks to the cost model and enables the run summary (TTFT
     percentiles over every request, CTCCI)."""
-    from .costmodel import CostModel, ttft_kernel
+    from .costmodel import CostModel
     from .engine import check_capacity
     from .tenancy import ctcci
 
@@ -404,9 +433,7 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
         span = float(times[-1] - times[0]) if n else 0.0
     mean_rate = n_req / span if span > 0 else float("nan")
     k = shadow_shift(capacity) if cfg.sample_shift is None else int(cfg.sample_shift)
-    sampled, shadow = shadow_hits(block, n_blocks, capacity, k)
-    cuts = np.searchsorted(sampled, bounds)
-    shadow_cum = {b: np.concatenate(([0], np.cumsum(h, dtype=np.int64))) for b, h in shadow.items()}
+    shadow = shadow_counts(block, n_blocks, capacity, k, bounds)
     cache = HybridCache(n_blocks, capacity)
     ctl = Controller(cfg, behaviour=BEHAVIOURS.index(cfg.initial))
     hit = np.zeros(n, dtype=np.uint8) if hit_out is None else hit_out
@@ -422,9 +449,8 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
         cache.replay(block, lo, hi, behaviour, hit)
         served[behaviour] += hi - lo
         r0, r1 = int(request_of[w]), int(request_of[w + 1]) if hi < n else n_req
-        stride = max(1, -(-(r1 - r0) // P99_SAMPLE))  # ceil: at most P99_SAMPLE requests
-        ttft_kernel(r0, r1, stride, offsets, hit, tokens, block_tokens, index, table, prefix_only, sample)
-        d_ms = p99(sample, (r1 - r0 + stride - 1) // stride) * 1e3
+        d_ms, h_bits = window_signals(block, lo, hi, r0, r1, offsets, hit, tokens, block_tokens, index, table,
+                                      prefix_only, sample)
         if times is None:
             t_end, load = float(hi), 1.0
         else:
@@ -433,10 +459,8 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
             load = ((r1 - r0) / dur) / mean_rate if dur > 0 and mean_rate > 0 else 1.0
         if gate is not None and not armed:
             armed = gate.observe(w, t_end, d_ms, cache, ctl.events)
-        s_lo, s_hi = cuts[w], cuts[w + 1]
-        counts = {b: int(c[s_hi] - c[s_lo]) for b, c in shadow_cum.items()}
-        h_bits = window_entropy(block, lo, hi, max(1, (hi - lo) // ENTROPY_SAMPLE))
-        ctl.decide(w, t_end, h_bits, d_ms, load, counts, int(s_hi - s_lo), armed)
+        ctl.decide(w, t_end, h_bits, d_ms, load, {RECENCY: int(shadow[1, w]), SCAN: int(shadow[2, w])},
+                   int(shadow[0, w]), armed)
     summary = trace is not None
     if summary:
         ttft = np.zeros(n_req)

@@ -160,12 +160,16 @@ def test_compiled_helpers_match_their_numpy_definitions():
     block = rng.integers(0, 50_000, 20_000).astype(np.int32)
     for k in (1, 3):
         expected = np.flatnonzero(sits.hash_buckets(block, 16) & ((1 << k) - 1) == 0)
-        index, dense, m = sits.sample_refs(block, 50_000, k)
-        assert np.array_equal(index, expected)
-        # dense renumbering keeps identity: equal blocks <-> equal codes
-        assert len(np.unique(dense)) == len(np.unique(block[expected])) <= m
-        assert np.array_equal(np.unique(block[expected], return_inverse=True)[1].ravel(),
-                              np.unique(dense, return_inverse=True)[1].ravel())
+        bounds = np.array([0, 7_000, 7_001, 20_000], dtype=np.int64)
+        dense, m, cuts = sits.sample_refs(block, 50_000, k, bounds)
+        assert cuts.tolist() == np.searchsorted(expected, bounds).tolist()
+        # dense renumbering keeps identity: equal blocks <-> equal codes, 0..m-1 all used
+        assert len(np.unique(dense)) == len(np.unique(block[expected])) == m
+        assert len(set(zip(block[expected].tolist(), dense.tolist()))) == m  # a bijection
+        counts = sits.shadow_counts(block, 50_000, 8 << k, k, bounds)
+        for behaviour, module in ((RECENCY, lru), (SCAN, arc)):
+            hits = _kernel_hits(module, trace_from_ids(block[expected]), 8)
+            assert counts[1 + behaviour].tolist() == [int(hits[a:b].sum()) for a, b in zip(cuts[:-1], cuts[1:])]
     assert sits.window_entropy(block, 100, 5_000) == pytest.approx(access_entropy(block[100:5_000]))
     values = rng.random(3_000)
     for m in (1, 2, 101, 2_048):
