@@ -88,22 +88,39 @@ def _evict_hir(qp, qn, np_, nn, fl, qh, qt, nhh, nht):
 _NOTHING, _HIR_TO_LIR, _Q_TO_S, _NONRES_TO_LIR = 0, 1, 2, 3
 
 
+# Scalars kept between windows in `st` (int64): list ends, counters, the most ever resident.
+_SH, _STL, _QH, _QT, _NHH, _NHT, _LIRS, _HIRS, _SN, _MAXRES = range(10)
+
+
 @njit(cache=True)
-def KERNEL(block, req_offsets, n_blocks, capacity, hit, hir_ratio=0.01):
+def new_state(n_blocks):
+    """Empty metadata for `replay_window`: links (S and NH, one row per block), qp, qn (Q),
+    fl (flags), st (scalars)."""
     # A block's S and NH links share one 16-byte row: a miss that drops the oldest NH id
     # then unlinks it from S touches one cache line, not two (about twice as fast here).
     links = np.full((max(n_blocks, 1), 4), NIL, dtype=np.int32)
-    sp, sn = links[:, 0], links[:, 1]  # stack S
-    np_, nn = links[:, 2], links[:, 3]  # NH: non-resident HIR ids in S
     qp, qn, _, _ = new_lists(n_blocks, 1)  # list Q
     fl = np.zeros(max(n_blocks, 1), dtype=np.uint8)
-    sh = stl = qh = qt = nhh = nht = np.int32(NIL)
-    lirs = hirs = s_n = 0  # LIR blocks, HIR blocks (all in Q), entries in S
+    st = np.zeros(10, dtype=np.int64)
+    st[_SH] = st[_STL] = st[_QH] = st[_QT] = st[_NHH] = st[_NHT] = NIL
+    return links, qp, qn, fl, st
+
+
+@njit(cache=True)
+def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit):
+    """Serve references lo..hi-1; the scalars in `st` are loaded into locals and stored back,
+    so a run may be cut into windows (the dynamic threshold engine's LIRS baseline). Returns
+    the evictions."""
+    sp, sn = links[:, 0], links[:, 1]  # stack S
+    np_, nn = links[:, 2], links[:, 3]  # NH: non-resident HIR ids in S
+    sh, stl, qh, qt = np.int32(st[_SH]), np.int32(st[_STL]), np.int32(st[_QH]), np.int32(st[_QT])
+    nhh, nht = np.int32(st[_NHH]), np.int32(st[_NHT])
+    lirs, hirs, s_n = st[_LIRS], st[_HIRS], st[_SN]  # LIR blocks, HIR blocks (all in Q), entries in S
+    max_resident = st[_MAXRES]
     evictions = 0
     hirs_limit = max(np.int64(1), np.int64(hir_ratio * capacity))
     lirs_limit = capacity - hirs_limit
-    max_resident = 0
-    for i in range(block.shape[0]):
+    for i in range(lo, hi):
         b = block[i]
         f = fl[b]
         if f & IN_Q:
@@ -190,4 +207,13 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, hir_ratio=0.01):
                 s_n -= 1
         if lirs + hirs > max_resident:
             max_resident = lirs + hirs
-    return evictions, max_resident
+    st[_SH], st[_STL], st[_QH], st[_QT], st[_NHH], st[_NHT] = sh, stl, qh, qt, nhh, nht
+    st[_LIRS], st[_HIRS], st[_SN], st[_MAXRES] = lirs, hirs, s_n, max_resident
+    return evictions
+
+
+@njit(cache=True)
+def KERNEL(block, req_offsets, n_blocks, capacity, hit, hir_ratio=0.01):
+    links, qp, qn, fl, st = new_state(n_blocks)
+    evictions = replay_window(block, 0, block.shape[0], links, qp, qn, fl, st, capacity, hir_ratio, hit)
+    return evictions, st[_MAXRES]
