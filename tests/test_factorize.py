@@ -67,3 +67,30 @@ def test_empty_and_other_dtypes():
     _check(np.array([5, 3, 5, 7], dtype=np.uint8))
     codes, k = dense_ids(np.array([1.5, 2.5, 1.5]))  # pandas fallback for floats
     assert codes.tolist() == [0, 1, 0] and k == 2
+
+
+def test_oracle_and_mooncake_paths_do_not_import_pandas(tmp_path):
+    """pandas costs ~50 MB of resident memory: replaying an oracle or Mooncake trace must not
+    load it (the CSV and request readers may)."""
+    import subprocess
+    import sys
+
+    from sitsprof.policies.readers import write_oracle_general
+
+    oracle = write_oracle_general(tmp_path / "t.oracleGeneral", np.array([5, 1, 5, 2**40, 1]))
+    mooncake = tmp_path / "t.jsonl"
+    mooncake.write_text('{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [7, 8]}\n'
+                        '{"timestamp": 5, "input_length": 100, "output_length": 3, "hash_ids": [7]}\n')
+    code = (
+        "import sys\n"
+        "from sitsprof.policies.engine import simulate\n"
+        "from sitsprof.policies.mrc import lru_hit_ratio_curve\n"
+        "from sitsprof.policies.readers import read_trace\n"
+        f"for path in ({str(oracle)!r}, {str(mooncake)!r}):\n"
+        "    trace = read_trace(path)\n"
+        "    simulate(trace, 'lru', 2)\n"
+        "    lru_hit_ratio_curve(trace, [1, 2])\n"
+        "assert 'pandas' not in sys.modules, 'pandas was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -430,3 +430,24 @@ def test_unreadable_file_is_a_trace_error(tmp_path, monkeypatch):
     monkeypatch.setattr("builtins.open", refuse)
     with pytest.raises(TraceFormatError, match=r"t.jsonl: cannot read the file: Permission denied"):
         read_trace(path)
+
+
+def test_oracle_sizes_and_constant_columns_across_chunks(tmp_path):
+    """Sizes equal so far cost nothing; a different size later (in a later chunk) fills the
+    column; one-reference requests get int32 request ids and read-only constant columns."""
+    from sitsprof.policies.readers import read_oracle, write_oracle_general
+
+    ids = np.array([3, 1, 3, 9, 1, 3, 7], dtype=np.int64)
+    for sizes in ([4] * 7, [4, 4, 4, 4, 4, 9, 4], [2, 4, 4, 4, 4, 4, 4]):
+        path = write_oracle_general(tmp_path / "s.oracleGeneral", ids, sizes=np.array(sizes))
+        for chunk in (2, 3, 100):
+            trace = read_oracle(path, chunk=chunk)
+            assert trace.tokens.tolist() == sizes
+            assert trace.original_id.tolist() == ids.tolist()
+            assert trace.block.tolist() == [0, 1, 0, 2, 1, 0, 3]
+            assert trace.time.tolist() == list(range(7))
+            assert trace.request.tolist() == list(range(7)) and trace.request.dtype == np.int32
+            assert trace.position.tolist() == [0] * 7 and trace.tenant.tolist() == [-1] * 7
+            assert not trace.position.flags.writeable and not trace.tenant.flags.writeable
+            assert trace.request_offsets.tolist() == list(range(8))
+            assert (trace.tokens.strides[0] == 0) == (len(set(sizes)) == 1)
