@@ -131,6 +131,17 @@ class HybridCache:
         for name in self.BUFFERS:
             setattr(self, name, buffers[name])
 
+    # the front-buffer protocol of threshold.ThresholdEngine
+    back_buffer = snapshot
+
+    def swap(self, back: dict) -> "HybridCache":
+        self.adopt(back)
+        return self
+
+    def entries(self) -> int:
+        """Metadata entries a switch walks: resident and ghost."""
+        return int(np.sum(self.sizes))
+
     def replay(self, block, lo, hi, behaviour, hit) -> int:
         e = replay_window(block, lo, hi, self.prev, self.nxt, self.where, self.ends, self.sizes, self.state,
                           behaviour, self.capacity, hit)
@@ -314,7 +325,7 @@ class Controller:
             "event": "decision", "time": float(t), "window": int(window), "H": round(float(h_bits), 4),
             "d_ms": round(float(d_ms), 3), "load": round(float(load), 4), "alpha": round(alpha, 4),
             "score": round(score, 4), "cell": cell, "action": action,
-            "from": BEHAVIOURS[before], "to": BEHAVIOURS[self.behaviour],
+            "from": BEHAVIOURS[before] if armed else "lirs", "to": BEHAVIOURS[self.behaviour] if armed else "lirs",
             "shadow_hit_ratio": {BEHAVIOURS[k]: round(v / self.weight, 5) if self.weight else 0.0
                                  for k, v in self.scores.items()},
         })
@@ -384,9 +395,9 @@ def run(trace: Trace, capacity: int, offsets=None, **kwargs):
     """Replay `trace` through the SITS adaptive policy; returns the engine's SimResult with
     ``extra``: events, behaviour share, switches, cost-model summary, CTCCI.
 
-    Keywords: calibration, model, miss (cost model); threshold=True or gate (a
-    threshold.ThresholdEngine), which keeps the controller disarmed, serving ``scan``, until
-    it fires; hit_out (receives the per-reference hit flags); the rest are SitsConfig fields. ``seconds`` covers the whole
+    Keywords: calibration, model, miss (cost model); threshold=True (with threshold_windows,
+    threshold_budget_ms, threshold_horizon_s) or gate (a threshold.ThresholdEngine): literal
+    LIRS serves, the controller disarmed, until the engine hot-switches to the SITS cache; hit_out (receives the per-reference hit flags); the rest are SitsConfig fields. ``seconds`` covers the whole
     run (cost model, shadows, controller), not only the cache.
     """
     from .costmodel import request_offsets
@@ -401,7 +412,8 @@ def run(trace: Trace, capacity: int, offsets=None, **kwargs):
 
 def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=None, trace: Trace | None = None,
             calibration=None, model: str = "qwen2-72b", miss: str = "recompute", gate=None, hit_out=None,
-            threshold: bool = False, **params):
+            threshold: bool = False, threshold_windows: int | None = None, threshold_budget_ms: float | None = None,
+            threshold_horizon_s: float | None = None, **params):
     """The SITS run over plain arrays. `times` None: windows by reference count only, event
     times are reference indices, load 1. `tokens` None: every block is full. `trace` (when
     given) supplies model stacks to the cost model and enables the run summary (TTFT
@@ -412,10 +424,14 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
 
     capacity = check_capacity(capacity)
     cfg = SitsConfig(**params)
-    if threshold and gate is None:
-        from .threshold import ThresholdEngine
+    from .threshold import LirsBaseline, ThresholdEngine
 
-        gate = ThresholdEngine(calibration=calibration)
+    knobs = {name: value for name, value in (("windows", threshold_windows), ("budget_ms", threshold_budget_ms),
+                                              ("horizon_s", threshold_horizon_s)) if value is not None}
+    if knobs and not threshold and gate is None:
+        raise PolicyEngineError(f"threshold_{next(iter(knobs))} needs threshold=True (the LIRS to SITS engine)")
+    if threshold and gate is None:
+        gate = ThresholdEngine(calibration=calibration, **knobs)
     start = time.perf_counter()
     n = len(block)
     n_req = len(offsets) - 1
@@ -434,10 +450,12 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
     mean_rate = n_req / span if span > 0 else float("nan")
     k = shadow_shift(capacity) if cfg.sample_shift is None else int(cfg.sample_shift)
     shadow = shadow_counts(block, n_blocks, capacity, k, bounds)
-    cache = HybridCache(n_blocks, capacity)
+    # With a gate, literal LIRS serves until the threshold engine switches to the SITS cache.
+    front = LirsBaseline(n_blocks, capacity) if gate is not None else None
+    cache = HybridCache(n_blocks, capacity) if gate is None else None
     ctl = Controller(cfg, behaviour=BEHAVIOURS.index(cfg.initial))
     hit = np.zeros(n, dtype=np.uint8) if hit_out is None else hit_out
-    served = np.zeros(2, dtype=np.int64)
+    served = np.zeros(3, dtype=np.int64)  # recency, scan, lirs
     sample = np.zeros(P99_SAMPLE)  # TTFT of the window's (sampled) requests
     request_of = np.searchsorted(offsets, bounds, side="right") - 1  # request holding each window start
     armed = gate is None
@@ -445,9 +463,12 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
         lo, hi = int(bounds[w]), int(bounds[w + 1])
         if hi <= lo:
             continue
-        behaviour = ctl.behaviour if armed else SCAN
-        cache.replay(block, lo, hi, behaviour, hit)
-        served[behaviour] += hi - lo
+        if armed:
+            cache.replay(block, lo, hi, ctl.behaviour, hit)
+            served[ctl.behaviour] += hi - lo
+        else:
+            front.replay(block, lo, hi, hit)
+            served[2] += hi - lo
         r0, r1 = int(request_of[w]), int(request_of[w + 1]) if hi < n else n_req
         d_ms, h_bits = window_signals(block, lo, hi, r0, r1, offsets, hit, tokens, block_tokens, index, table,
                                       prefix_only, sample)
@@ -458,7 +479,8 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
             dur = t_end - float(times[lo])
             load = ((r1 - r0) / dur) / mean_rate if dur > 0 and mean_rate > 0 else 1.0
         if gate is not None and not armed:
-            armed = gate.observe(w, t_end, d_ms, cache, ctl.events)
+            armed = gate.observe(w, t_end, d_ms, front, ctl.events)
+            cache = gate.live if armed else None
         ctl.decide(w, t_end, h_bits, d_ms, load, {RECENCY: int(shadow[1, w]), SCAN: int(shadow[2, w])},
                    int(shadow[0, w]), armed)
     summary = trace is not None
@@ -468,14 +490,17 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
     seconds = time.perf_counter() - start
     extra = {
         "sample_shift": k, "windows": len(bounds) - 1, "switches": ctl.switches,
-        "behaviour_share": {BEHAVIOURS[b]: float(served[b] / max(n, 1)) for b in range(2)},
+        "behaviour_share": {name: float(served[b] / max(n, 1)) for b, name in enumerate(BEHAVIOURS + ("lirs",))
+                            if b < 2 or gate is not None},
         "cost": cost.summarize(trace, hit, ttft) if summary else None,
         "tenancy": ctcci(trace, hit) if summary else None,
         "events": ctl.events,
     }
     if gate is not None:
         extra["threshold"] = gate.summary()
-    return hit, cache.evictions, int(cache.state[1]), seconds, extra
+    evictions = (cache.evictions if cache is not None else 0) + (front.evictions if front is not None else 0)
+    max_resident = int(cache.state[1]) if cache is not None else front.max_resident  # a switch carries it over
+    return hit, evictions, max_resident, seconds, extra
 
 
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=0, initial="scan", threshold=False):

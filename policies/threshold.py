@@ -1,4 +1,7 @@
-"""Dynamic threshold engine: hot-switch from the baseline behaviour to SITS when P99 drifts up.
+"""Dynamic threshold engine: hot-switch from LIRS to SITS when P99 drifts up.
+
+The baseline is literal LIRS: `LirsBaseline` serves windows with lirs.replay_window, the
+same loop as the LIRS kernel (libCacheSim parity), resumed window by window.
 
 Per window the engine sees the window's P99 (ms, from the cost model) at trace time t:
 
@@ -10,13 +13,18 @@ Per window the engine sees the window's P99 (ms, from the cost model) at trace t
 - a window whose P99 exceeds the threshold is a breach; ``windows`` (3) consecutive breaches
   fire the switch, and the count restarts after every attempt.
 
-The switch uses double-buffered metadata: the back buffer is a copy of the live (front)
-metadata prepared while the front keeps serving; its cost in *model time* is a dependent
-walk over every list entry (resident and ghost), ``entries * entry_ns``, where ``entry_ns``
+The switch uses double-buffered metadata: the back buffer is prepared from the live (front)
+metadata while the front keeps serving. From LIRS it is the SITS cache (ARC's lists, see
+sits.py) built by `lirs_to_arc`: LIR blocks in stack-S order become T2 (frequent), the
+resident HIR blocks of queue Q become T1 (recent), the non-resident HIR ids of NH become B1
+ghosts (most recent first, while |T1|+|B1| <= capacity), p = |T1|; every resident block stays
+resident, so SITS starts warm. Its cost in *model time* is a dependent walk over every
+metadata entry (LIRS: the S stack plus Q), ``entries * entry_ns``, where ``entry_ns``
 defaults to the calibration's HBM latency (P99 where measured, else P50). If that exceeds
-``budget_ms`` (200 ms) the back buffer is discarded, the front (baseline) stays in service,
-and a ``rollback`` and an ``alert`` event are logged; otherwise the buffers swap and the
-SITS controller takes over (``switch`` event).
+``budget_ms`` (200 ms) the back buffer is discarded, the front (LIRS) stays in service, and a
+``rollback`` and an ``alert`` event are logged; otherwise the buffers swap, ``live`` is the
+SITS cache and the SITS controller takes over (``switch`` event). (A SITS cache can be the
+front too: its back buffer is then a copy of its own arrays.)
 """
 from __future__ import annotations
 
@@ -24,9 +32,81 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from ..reports.calibration import latency_ns, load_calibration
+from ._structs import NIL, push_tail_s
 from .errors import PolicyEngineError
+from .arc import _B1, _T1, _T2
+from .lirs import _HIRS, _MAXRES, _NHH, _QH, _SH, _SN, LIR, new_state, replay_window
+
+
+class LirsBaseline:
+    """The front buffer before a switch: LIRS metadata, served window by window."""
+
+    def __init__(self, n_blocks: int, capacity: int, hir_ratio: float = 0.01):
+        self.n_blocks, self.capacity, self.hir_ratio = int(n_blocks), int(capacity), float(hir_ratio)
+        self.links, self.qp, self.qn, self.fl, self.st = new_state(self.n_blocks)
+        self.evictions = 0
+
+    def replay(self, block, lo, hi, hit) -> int:
+        e = int(replay_window(block, lo, hi, self.links, self.qp, self.qn, self.fl, self.st, self.capacity,
+                              self.hir_ratio, hit))
+        self.evictions += e
+        return e
+
+    @property
+    def max_resident(self) -> int:
+        return int(self.st[_MAXRES])
+
+    def entries(self) -> int:
+        """Metadata entries a switch walks: the S stack plus queue Q."""
+        return int(self.st[_SN] + self.st[_HIRS])
+
+    def back_buffer(self):
+        """The SITS cache built from this LIRS state (the front keeps serving meanwhile)."""
+        from .sits import HybridCache
+
+        back = HybridCache(self.n_blocks, self.capacity)
+        lirs_to_arc(self.links, self.qn, self.fl, self.st, self.capacity, back.prev, back.nxt, back.where,
+                    back.ends, back.sizes, back.state)
+        return back
+
+    def swap(self, back):
+        """After a switch the back buffer (a sits.HybridCache) is the live cache."""
+        return back
+
+
+@njit(cache=True)
+def lirs_to_arc(links, qn, fl, st, capacity, prev, nxt, where, ends, sizes, state):
+    """Fill empty ARC lists (arc.new_state) from LIRS metadata: LIR blocks in S order -> T2,
+    Q -> T1, NH -> B1 (while |T1|+|B1| <= capacity); p = |T1|."""
+    sn, nn = links[:, 1], links[:, 3]
+    h1 = t1 = h2 = t2 = hb1 = tb1 = np.int32(NIL)
+    n1 = n2 = nb1 = 0
+    x = np.int32(st[_SH])
+    while x != NIL:
+        if fl[x] & LIR:
+            h2, t2 = push_tail_s(prev, nxt, h2, t2, x)
+            where[x] = _T2
+            n2 += 1
+        x = sn[x]
+    x = np.int32(st[_QH])
+    while x != NIL:
+        h1, t1 = push_tail_s(prev, nxt, h1, t1, x)
+        where[x] = _T1
+        n1 += 1
+        x = qn[x]
+    x = np.int32(st[_NHH])
+    while x != NIL and n1 + nb1 < capacity:
+        hb1, tb1 = push_tail_s(prev, nxt, hb1, tb1, x)
+        where[x] = _B1
+        nb1 += 1
+        x = nn[x]
+    ends[0], ends[1], ends[2], ends[3], ends[4], ends[5] = h1, t1, h2, t2, hb1, tb1
+    sizes[0], sizes[1], sizes[2], sizes[3] = n1, n2, nb1, 0
+    state[0] = float(n1)
+    state[1] = float(st[_MAXRES])
 
 
 
@@ -43,6 +123,7 @@ class ThresholdEngine:
     attempts: int = 0
     rollbacks: int = 0
     last_switch_ms: float | None = None
+    live: object = None  # the cache serving after a successful switch
 
     def __post_init__(self):
         if self.windows < 1:
@@ -78,26 +159,27 @@ class ThresholdEngine:
 
     # -- the switch ------------------------------------------------------------------------
     def switch_cost_ms(self, cache) -> float:
-        entries = int(np.sum(cache.sizes))
-        return entries * float(self.entry_ns) * 1e-6
+        return cache.entries() * float(self.entry_ns) * 1e-6
 
     def hot_switch(self, cache, t: float, window: int, events: list) -> bool:
-        """Prepare the back buffer, then swap it in or roll back; True when SITS took over."""
+        """Prepare the back buffer, then swap it in or roll back; True when SITS took over
+        (then `live` is the cache that serves)."""
         self.attempts += 1
-        back = cache.snapshot()
+        back = cache.back_buffer()
         cost = self.switch_cost_ms(cache)
         self.last_switch_ms = cost
         base = {"time": float(t), "window": int(window), "switch_ms": round(cost, 3), "budget_ms": self.budget_ms}
         if cost > self.budget_ms:
             del back  # the front buffer never stopped serving: nothing to undo there
             self.rollbacks += 1
-            events.append({"event": "rollback", **base, "to": "baseline"})
+            events.append({"event": "rollback", **base, "to": "lirs" if isinstance(cache, LirsBaseline) else "baseline"})
             events.append({"event": "alert", **base,
                            "message": f"hot switch needed {cost:.1f} ms of model time, over the {self.budget_ms:g} ms budget; rolled back"})
             return False
-        cache.adopt(back)
+        self.live = cache.swap(back)
         self.fired = True
-        events.append({"event": "switch", **base, "from": "baseline", "to": "sits"})
+        events.append({"event": "switch", **base, "from": "lirs" if isinstance(cache, LirsBaseline) else "baseline",
+                       "to": "sits"})
         return True
 
     def observe(self, window: int, t: float, p99_ms: float, cache, events: list) -> bool:

@@ -102,3 +102,70 @@ def test_threshold_gate_in_a_sits_run():
     # until the switch the controller only holds (baseline: scan resistance); then it decides
     assert all(e["action"] == "hold" for e in decisions if e["window"] < 8)
     assert all(e["action"] != "hold" for e in decisions if e["window"] >= 8)
+
+
+def _gate_trace():
+    from sitsprof.policies.readers import trace_from_ids
+
+    ids = np.concatenate((np.tile(np.arange(50), 40), np.arange(1000, 4000)))
+    return trace_from_ids(ids, times=np.arange(len(ids), dtype=float) * 0.1)
+
+
+def test_the_baseline_is_literal_lirs_until_the_switch():
+    from sitsprof.policies import lirs, sits
+
+    trace = _gate_trace()
+    hit = np.zeros(len(trace), dtype=np.uint8)
+    r = sits.run(trace, 100, threshold=True, window_s=30.0, hit_out=hit)
+    switch = next(e for e in r.extra["events"] if e["event"] == "switch")
+    assert switch["from"] == "lirs" and switch["to"] == "sits"
+    ref = np.zeros(len(trace), dtype=np.uint8)
+    lirs.KERNEL(np.ascontiguousarray(trace.block), trace.request_offsets, np.int64(trace.n_blocks), np.int64(100), ref)
+    end = round(switch["time"] / 0.1) + 1  # references up to the end of the switching window
+    assert np.array_equal(hit[:end], ref[:end])  # served by the LIRS loop itself
+    assert r.extra["behaviour_share"]["lirs"] == pytest.approx(end / len(trace))
+    holds = [e for e in r.extra["events"] if e["event"] == "decision" and e["action"] == "hold"]
+    assert holds and all(e["from"] == e["to"] == "lirs" for e in holds)
+
+
+def test_the_switch_keeps_every_lirs_resident_block():
+    from sitsprof.policies.sits import RECENCY
+    from sitsprof.policies.threshold import LirsBaseline
+
+    rng = np.random.default_rng(3)
+    block = (rng.zipf(1.2, 20_000) % 3_000).astype(np.int32)
+    front = LirsBaseline(3_000, 200)
+    front.replay(block, 0, len(block), np.zeros(len(block), dtype=np.uint8))
+    resident = np.flatnonzero(front.fl & 4)  # lirs.RES
+    before = front.st.copy()
+    back = front.back_buffer()
+    assert np.array_equal(front.st, before)  # the front is only read
+    assert np.array_equal(np.sort(back.resident_blocks()), resident)
+    n1, n2, nb1, nb2 = back.sizes
+    assert n1 + n2 == len(resident) <= 200 and n1 + nb1 <= 200 and nb2 == 0
+    # the back buffer serves at once: a re-reference of a resident block hits
+    hit = np.zeros(1, dtype=np.uint8)
+    back.replay(np.array([resident[0]], dtype=np.int32), 0, 1, RECENCY, hit)
+    assert hit[0] == 1
+
+
+def test_overrun_from_lirs_rolls_back_and_lirs_keeps_serving():
+    from sitsprof.policies import sits
+
+    trace = _gate_trace()
+    r = sits.run(trace, 100, threshold=True, window_s=30.0, threshold_budget_ms=1e-9)
+    kinds = [e["event"] for e in r.extra["events"]]
+    assert "switch" not in kinds and kinds.count("alert") >= 1
+    rollback = next(e for e in r.extra["events"] if e["event"] == "rollback")
+    assert rollback["to"] == "lirs" and rollback["window"] == 8
+    assert r.extra["behaviour_share"]["lirs"] == 1.0 and not r.extra["threshold"]["fired"]
+
+
+def test_threshold_windows_is_a_parameter():
+    from sitsprof.policies import sits
+    from sitsprof.policies.errors import PolicyEngineError
+
+    r = sits.run(_gate_trace(), 100, threshold=True, window_s=30.0, threshold_windows=2)
+    assert next(e for e in r.extra["events"] if e["event"] == "switch")["window"] == 7  # the second breach
+    with pytest.raises(PolicyEngineError, match="threshold_windows needs threshold"):
+        sits.run(_gate_trace(), 100, threshold_windows=2)
