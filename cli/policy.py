@@ -204,20 +204,43 @@ def _trace_options(func):
 @click.option("--model", "model_name", default=None, help="Model preset for the cost model (default qwen2-72b).")
 @click.option("--miss", "miss_mode", type=click.Choice(["recompute", "reload"]), default="recompute",
               show_default=True, help="Price a miss as prefill recompute or host reload.")
+@click.option("--shard-key", type=click.Choice(["first-block", "tenant", "stack"]), default=None,
+              help="semantic-shard: group requests by first block (default), tenant or model stack.")
+@click.option("--ttl", "ttl", default=None, metavar="DURATION",
+              help="semantic-shard: entry TTL in trace time, e.g. 180s (default), 5m.")
+@click.option("--window", "window", default=None, metavar="DURATION",
+              help="sits, semantic-shard: decision window in trace time, e.g. 60s (default).")
+@click.option("--threshold", "threshold", is_flag=True, default=False,
+              help="sits: serve LIRS until the dynamic threshold engine hot-switches to SITS.")
+@click.option("--threshold-windows", type=click.IntRange(min=1), default=None,
+              help="sits: consecutive breaching windows that fire the switch (default 3; implies --threshold).")
+@click.option("--param", "-P", "param_items", multiple=True, metavar="NAME=VALUE",
+              help="Any policy parameter by name, e.g. -P margin=0.001 -P hir_ratio=0.02 (repeatable); "
+                   "a name no selected policy takes is an error that lists what they take.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV rows instead of a table.")
 def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as_json, as_csv,
-                 calibration=None, model_name=None, miss_mode="recompute") -> None:
+                 calibration=None, model_name=None, miss_mode="recompute", shard_key=None, ttl=None, window=None,
+                 threshold=False, threshold_windows=None, param_items=()) -> None:
     """Replay TRACE (Mooncake JSONL, oracleGeneral, CSV or request JSONL) through each policy at each capacity."""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are alternatives; pick one")
+    from sitsprof.policies.params import bind, parse_assignments
+
     policies = parse_policies(policy_text)
+    given = parse_assignments(param_items)
+    for name, value in (("shard_key", shard_key), ("ttl_s", ttl), ("window_s", window),
+                        ("threshold", True if threshold or threshold_windows else None),
+                        ("threshold_windows", threshold_windows)):
+        if value is not None:
+            given[name] = value
+    params = bind(policies, given)
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
     capacities = parse_capacities(capacity_text, trace.n_blocks)
     from .sits import cost_table, cost_title, run_policies
 
     results = run_policies(trace, policies, capacities, show=not (as_json or as_csv), calibration=calibration,
-                           model=model_name, miss=miss_mode)
+                           model=model_name, miss=miss_mode, params=params)
     summary = trace_summary(trace, trace_path, fmt)
     if as_json:
         emit_json({"trace": summary, "results": result_rows(results, trace)})

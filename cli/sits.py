@@ -10,9 +10,10 @@ COST_COLUMNS = ("policy", "capacity", "block hit", "TTFT P50 ms", "P95 ms", "P99
 
 
 def run_policies(trace, policies, capacities, show: bool, calibration=None, model=None, miss="recompute",
-                 console=None):
+                 console=None, params=None):
     """Every policy at every capacity through the cost model (SITS policies get the trace,
-    hence time windows, TTL and their event logs), with a progress bar when `show`."""
+    hence time windows, TTL and their event logs), with a progress bar when `show`;
+    `params`: {policy: {name: value}} from sitsprof.policies.params.bind."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -21,7 +22,7 @@ def run_policies(trace, policies, capacities, show: bool, calibration=None, mode
 
     from sitsprof.policies.metrics import result_metrics
 
-    cost = {"calibration": calibration, "model": model or DEFAULT_MODEL, "miss": miss}
+    cost = {"calibration": calibration, "model": model or DEFAULT_MODEL, "miss": miss, "params": params}
     console = console or Console(stderr=True)
     total = len(policies) * len(capacities)
     if not show or not console.is_terminal or total < 2:

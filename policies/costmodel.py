@@ -267,13 +267,17 @@ def simulate_costed(trace: Trace, policy, capacity, calibration=None, model: str
     return sim_result(trace, offsets, module.NAME, capacity, hit, evictions, max_resident, seconds, extra)
 
 
-def simulate_many_costed(trace: Trace, policies, capacities, progress=None, **cost) -> list:
-    """simulate_costed for every policy at every capacity (policy-major), `progress(done, total, label)`."""
+def simulate_many_costed(trace: Trace, policies, capacities, progress=None, params=None, **cost) -> list:
+    """simulate_costed for every policy at every capacity (policy-major), `progress(done, total, label)`;
+    `params`: {policy name: {parameter: value}} (see params.bind)."""
+    from .engine import _module
+
     total = len(policies) * len(capacities)
     results = []
     for policy in policies:
+        own = (params or {}).get(_module(policy).NAME, {})
         for capacity in capacities:
-            results.append(simulate_costed(trace, policy, capacity, **cost))
+            results.append(simulate_costed(trace, policy, capacity, **cost, **own))
             if progress is not None:
                 progress(len(results), total, f"{results[-1].policy} @ {capacity}")
     return results

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 from numba import njit
@@ -284,6 +284,11 @@ class SitsConfig:
 
     def refs_per_window(self, n_refs: int) -> int:
         return int(self.window_refs) if self.window_refs is not None else max(4096, -(-n_refs // 64))
+
+
+# Parameters `run` takes by name (params.accepted): SitsConfig's fields and the threshold engine's.
+PARAMS = {**{f.name: f.default for f in fields(SitsConfig)}, "threshold": False, "threshold_windows": 3,
+          "threshold_budget_ms": 200.0, "threshold_horizon_s": 900.0}
 
 
 @dataclass

@@ -117,3 +117,49 @@ def test_claims_rerun_the_brief_comparisons(capsys):
     for row in first["rows"] + second["rows"]:
         assert set(row["stack_hit_ratio"]) == {"qwen2-72b", "deepseek-v2", "phi-3-mini"}
         assert row["ttft_p95_ms"] > 0 and 0 <= row["block_hit_ratio"] <= 1
+
+
+def test_simulate_flags_reach_the_policies(capsys, tmp_path):
+    from sitsprof.policies import semantic_shard
+    from sitsprof.policies.generator import write_requests_jsonl
+
+    small_trace = tmp_path / "stacks.jsonl"  # the request format names each request's model stack
+    write_requests_jsonl(generate_requests(seed=4, duration_s=300), small_trace)
+    code, out, err = run(capsys, "policy", "simulate", str(small_trace), "-p", "sits,semantic-shard,lirs",
+                         "-c", "300", "--shard-key", "stack", "--ttl", "2m", "--window", "30s",
+                         "--threshold-windows", "2", "-P", "hir_ratio=0.05", "-P", "margin=0", "--json")
+    assert code == 0, err
+    rows = {r["policy"]: r for r in json.loads(out)["results"]}
+    shard = rows["semantic-shard"]["extra"]
+    assert shard["shard_key"] == "stack" and shard["ttl_s"] == 120.0 and shard["window_s"] == 30.0
+    trace = read_trace(small_trace)
+    direct = semantic_shard.run(trace, 300, shard_key="stack", ttl_s=120.0, window_s=30.0)
+    assert direct.hits == rows["semantic-shard"]["hits"]
+    s = rows["sits"]["extra"]
+    assert s["threshold"]["windows"] == 2 and "lirs" in s["behaviour_share"]
+    assert s["windows"] >= 9  # 300 s in 30 s windows
+    assert rows["sits"]["hits"] == sits.run(trace, 300, window_s=30.0, threshold=True, threshold_windows=2,
+                                            margin=0.0).hits
+    assert rows["lirs"]["extra"]["hir_ratio"] == 0.05
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-p", "lru", "-P", "ttl_s=10"], "no selected policy takes parameter ttl_s (lru: none)"),
+    (["-p", "semantic-shard", "--ttl", "soon"], "duration 'soon' is not a time"),
+    (["-p", "sits", "-P", "margin"], "is not name=value"),
+    (["-p", "sits", "-P", "window_refs=lots"], "window_refs='lots': give"),
+    (["-p", "lru", "--threshold"], "no selected policy takes parameter threshold"),
+])
+def test_bad_policy_parameters_are_one_line_errors(capsys, small_trace, args, message):
+    code, out, err = run(capsys, "policy", "simulate", str(small_trace), "-c", "300", *args)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_durations_and_parameter_values():
+    from sitsprof.policies.params import bind, parse_duration
+
+    assert [parse_duration(t) for t in ("180", "180s", "3m", "1.5h", "500ms", 42)] == [180, 180, 180, 5400, 0.5, 42]
+    bound = bind(["sits", "semantic-shard"], {"window_s": "2m", "switching": "false", "shards": "4",
+                                               "sample_shift": "none", "initial": "recency"})
+    assert bound["sits"] == {"window_s": 120.0, "switching": False, "sample_shift": None, "initial": "recency"}
+    assert bound["semantic-shard"] == {"window_s": 120.0, "shards": 4}

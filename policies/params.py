@@ -1,0 +1,100 @@
+"""Policy parameters by name: what each policy accepts, and values parsed from text.
+
+`accepted(module)` maps each parameter a policy takes to its default: the trailing keyword
+arguments of a classic ``KERNEL``; for the trace-aware policies (those with ``run``) the
+keywords of ``run`` (semantic-shard) or their ``PARAMS`` (sits). `bind(policies, given)`
+checks names and converts values (``"180s"``, ``"3m"`` for durations; ``true``/``false``;
+numbers), and returns the parameters each policy gets. A name no selected policy takes is
+one error line that lists what they do take.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from types import ModuleType
+
+from .errors import PolicyEngineError
+
+# Keywords of `run` that are not tuning parameters (data, outputs, the cost model's own flags).
+_NOT_PARAMS = {"trace", "capacity", "offsets", "hit_out", "texts", "embedder", "calibration", "model", "miss",
+               "gate", "kwargs"}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
+_UNITS = {None: 1.0, "s": 1.0, "ms": 1e-3, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def accepted(module: ModuleType) -> dict:
+    """Parameter name -> default for one policy module."""
+    if hasattr(module, "PARAMS"):
+        return dict(module.PARAMS)
+    func = module.run if hasattr(module, "run") else getattr(module.KERNEL, "py_func", module.KERNEL)
+    sig = inspect.signature(func)
+    names = list(sig.parameters)
+    if not hasattr(module, "run"):
+        names = names[5:]  # after block, req_offsets, n_blocks, capacity, hit
+    return {n: sig.parameters[n].default for n in names
+            if n not in _NOT_PARAMS and sig.parameters[n].kind is not inspect.Parameter.VAR_KEYWORD}
+
+
+def parse_duration(text) -> float:
+    """Seconds from `180`, `180s`, `3m`, `1.5h` or `500ms`."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return float(text)
+    match = _DURATION.match(str(text))
+    if match is None:
+        raise PolicyEngineError(f"duration {text!r} is not a time; give seconds such as 180, 180s, 3m or 1h")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def convert(name: str, text, default):
+    """`text` as the type of `default`; names ending in _s are durations in seconds."""
+    if not isinstance(text, str):
+        return text
+    value = text.strip()
+    if name.endswith("_s"):
+        return parse_duration(value)
+    if isinstance(default, bool) or default is None and value.lower() in ("true", "false", "yes", "no", "on", "off"):
+        lowered = value.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise PolicyEngineError(f"parameter {name}={text!r}: give true or false")
+    try:
+        if isinstance(default, int) or default is None and re.fullmatch(r"[+-]?\d+", value):
+            return int(value)
+        if isinstance(default, float) or default is None and re.fullmatch(r"[+-]?[\d.]+(e[+-]?\d+)?", value, re.I):
+            return float(value)
+    except ValueError:
+        kind = "a whole number" if isinstance(default, int) else "a number"
+        raise PolicyEngineError(f"parameter {name}={text!r}: give {kind}") from None
+    if default is None:  # an optional number (no text parameter defaults to None)
+        if value.lower() == "none":
+            return None
+        raise PolicyEngineError(f"parameter {name}={text!r}: give a number or none")
+    return value
+
+
+def parse_assignments(items) -> dict:
+    """`["name=value", ...]` -> {name: "value"} (names with - or _ alike)."""
+    out = {}
+    for item in items:
+        name, sep, value = str(item).partition("=")
+        if not sep or not name.strip():
+            raise PolicyEngineError(f"parameter {item!r} is not name=value (e.g. --param ttl_s=120)")
+        out[name.strip().replace("-", "_")] = value
+    return out
+
+
+def bind(policies, given: dict) -> dict:
+    """{policy name: {parameter: value}} for `policies` (names or modules): every given name
+    must be taken by at least one of them; each policy gets the ones it takes, converted."""
+    from .registry import get_policy
+
+    modules = [p if isinstance(p, ModuleType) else get_policy(str(p)) for p in policies]
+    takes = {m.NAME: accepted(m) for m in modules}
+    unknown = [name for name in given if not any(name in t for t in takes.values())]
+    if unknown:
+        offer = "; ".join(f"{p}: {', '.join(t) or 'none'}" for p, t in takes.items())
+        raise PolicyEngineError(f"no selected policy takes parameter {', '.join(unknown)} ({offer})")
+    return {p: {name: convert(name, value, t[name]) for name, value in given.items() if name in t}
+            for p, t in takes.items()}
