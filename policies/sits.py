@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 from numba import njit
 
-from .arc import RECENCY, SCAN, new_state, replay_window
+from .arc import RECENCY, SCAN, new_state, replay_recency, replay_scan
 from .costmodel import ttft_kernel
 from .errors import PolicyEngineError
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
@@ -112,7 +112,7 @@ _T1, _T2 = 0, 1  # list codes in `where` (arc.py)
 
 class HybridCache:
     """The SITS cache's metadata (ARC's four lists and p), resumable window by window; the loop
-    is arc.replay_window, the same code as the ARC kernel."""
+    is arc.replay_window (via replay_scan / replay_recency), the same code as the ARC kernel."""
 
     # Everything a switch must copy (arc.new_state).
     BUFFERS = ("prev", "nxt", "where", "ends", "sizes", "state")
@@ -143,8 +143,8 @@ class HybridCache:
         return int(np.sum(self.sizes))
 
     def replay(self, block, lo, hi, behaviour, hit) -> int:
-        e = replay_window(block, lo, hi, self.prev, self.nxt, self.where, self.ends, self.sizes, self.state,
-                          behaviour, self.capacity, hit)
+        loop = replay_scan if behaviour == SCAN else replay_recency
+        e = loop(block, lo, hi, self.prev, self.nxt, self.where, self.ends, self.sizes, self.state, self.capacity, hit)
         self.evictions += int(e)
         return int(e)
 
@@ -231,7 +231,10 @@ def shadow_counts(block, n_blocks, capacity, k, bounds):
     h = np.empty(dense.shape[0], dtype=np.uint8)
     for behaviour in range(2):  # RECENCY, SCAN
         prev, nxt, where, ends, sizes, state = new_state(m)
-        replay_window(dense, 0, dense.shape[0], prev, nxt, where, ends, sizes, state, behaviour, cap, h)
+        if behaviour == RECENCY:
+            replay_recency(dense, 0, dense.shape[0], prev, nxt, where, ends, sizes, state, cap, h)
+        else:
+            replay_scan(dense, 0, dense.shape[0], prev, nxt, where, ends, sizes, state, cap, h)
         for w in range(nw):
             total = 0
             for j in range(cuts[w], cuts[w + 1]):
