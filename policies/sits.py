@@ -20,12 +20,14 @@ a controller that logs every decision:
 
 1. Shadow evaluation: LRU and ARC replay a spatially sampled slice of the trace (blocks whose
    hash falls in 1/2^k of the space, capacity scaled by the same 1/2^k: the "miniature
-   simulation" of Waldspurger et al., USENIX ATC 2017). Their hits, decayed by ``memory``
-   per window, say which behaviour is winning on this workload right now.
+   simulation" of Waldspurger et al., USENIX ATC 2017; k is the largest that leaves the shadows
+   at least 1024 slots). Their hits, decayed by ``memory`` per window, say which behaviour is
+   winning on this workload right now. The sample is taken and both shadows replayed in one
+   compiled call before the run.
 2. Signals: access-pattern entropy H (Shannon entropy, bits, of the window's block ids hashed
    into 256 buckets, so 0 <= H <= 8) and latency sensitivity d (P99 TTFT of the window's
    requests in ms, from the cost model; larger windows use evenly spaced samples of at most
-   2048 requests and about 8192 references). score = a*min(1, H/8) + (1-a)*min(1, d/200);
+   1024 requests and about 4096 references). score = a*min(1, H/8) + (1-a)*min(1, d/200);
    a starts at 0.6 and moves with load (see ``adapt_alpha``).
 3. Action matrix: H < 2.5 and d < 50 ms -> ``keep`` (no change); H > 6 and d > 150 ms ->
    ``migrate`` to the shadow winner once it leads by ``migrate_margin`` (0.1%) of the sampled
@@ -51,8 +53,8 @@ DESCRIPTION = "SITS adaptive: per-window entropy/P99 score switches recency vs A
 
 BEHAVIOURS = ("recency", "scan")
 H_CAP, D_CAP_MS = 8.0, 200.0
-P99_SAMPLE = 2048  # a window's P99 is taken over at most this many evenly spaced requests
-ENTROPY_SAMPLE = 8192  # and its entropy over at most about this many evenly spaced references
+P99_SAMPLE = 1024  # a window's P99 is taken over at most this many evenly spaced requests
+ENTROPY_SAMPLE = 4096  # and its entropy over at most about this many evenly spaced references
 KEEP_H, KEEP_D = 2.5, 50.0
 MIGRATE_H, MIGRATE_D = 6.0, 150.0
 
@@ -255,7 +257,7 @@ def reference_windows(offsets: np.ndarray, window_refs: int) -> np.ndarray:
     return np.concatenate((first[req_starts], [offsets[-1]])).astype(np.int64)
 
 
-def shadow_shift(capacity: int, target: int = 2048) -> int:
+def shadow_shift(capacity: int, target: int = 1024) -> int:
     """Sampling exponent k: shadows see 1/2^k of the blocks with capacity/2^k, at least ~target slots."""
     return max(0, int(math.floor(math.log2(max(capacity, 1) / target)))) if capacity > target else 0
 

@@ -192,7 +192,7 @@ def test_strided_entropy_matches_the_slice():
 
 
 def test_large_windows_sample_their_p99_within_bounds():
-    # 20,000 one-block requests in one window: P99 from a strided sample of <= 2048 of them
+    # 20,000 one-block requests in one window: P99 from a strided sample of <= P99_SAMPLE (1024) of them
     trace = trace_from_ids(np.arange(20_000) % 7_000, times=np.zeros(20_000))
     r = sits.run(trace, 500, window_refs=1 << 20)
     assert r.extra["windows"] == 1 and r.extra["events"][0]["d_ms"] > 0
