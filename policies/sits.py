@@ -186,6 +186,13 @@ def window_bounds(trace: Trace, window_s: float, window_refs: int, offsets: np.n
     return np.concatenate((first[req_starts], [offsets[-1]])).astype(np.int64)
 
 
+# Position of a word's lowest set bit: _DEBRUIJN[(low * _DEBRUIJN_MUL) >> 58] for low = 2**i.
+_DEBRUIJN_MUL = 0x03F79D71B4CB0A89
+_DEBRUIJN = np.zeros(64, dtype=np.int64)
+for _i in range(64):
+    _DEBRUIJN[((1 << _i) * _DEBRUIJN_MUL % (1 << 64)) >> 58] = _i
+
+
 @njit(cache=True)
 def sample_refs(block, n_blocks, k, bounds):
     """The spatial sample: references to blocks whose hash (hash_buckets(., 16)) falls in 1/2**k
@@ -195,15 +202,34 @@ def sample_refs(block, n_blocks, k, bounds):
     mask = np.uint64((1 << k) - 1)
     lo = bounds[0]
     view = block[lo:bounds[bounds.shape[0] - 1]]  # loops over range(len) index without wraparound checks
+    # One bit per reference, 64 to a word, in a branch-free pass the compiler vectorises; then
+    # the set bits, lowest first (de Bruijn). Several times faster than a compacting loop.
+    words = view.shape[0] >> 6
+    bits = np.empty(words, dtype=np.uint64)
     c = 0
-    for i in range(view.shape[0]):  # count, then compact: branch-free passes the compiler vectorises
+    for wd in range(words):
+        word = np.uint64(0)
+        base = wd << 6
+        for t in range(64):
+            taken = ((np.uint64(view[base + t]) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(48) & mask) == 0
+            word |= np.uint64(taken) << np.uint64(t)
+            c += taken
+        bits[wd] = word
+    for i in range(words << 6, view.shape[0]):
         c += ((np.uint64(view[i]) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(48) & mask) == 0
-    index = np.empty(c + 1, dtype=np.int64)
-    j = np.uint64(0)  # unsigned: no wraparound check on index[j]
-    for i in range(view.shape[0]):
-        index[j] = i
-        j += np.uint64(((np.uint64(view[i]) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(48) & mask) == 0)
-    index = index[:c]
+    index = np.empty(c, dtype=np.int64)
+    j = 0
+    for wd in range(words):
+        word = bits[wd]
+        while word != 0:
+            low = word & (~word + np.uint64(1))
+            index[j] = (wd << 6) + _DEBRUIJN[(low * np.uint64(_DEBRUIJN_MUL)) >> np.uint64(58)]
+            j += 1
+            word ^= low
+    for i in range(words << 6, view.shape[0]):
+        if ((np.uint64(view[i]) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(48) & mask) == 0:
+            index[j] = i
+            j += 1
     cuts = np.searchsorted(index, bounds - lo)
     code = np.full(max(n_blocks, 1), -1, dtype=np.int32)
     dense = np.empty(c, dtype=np.int32)
