@@ -172,12 +172,9 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
     slots move: entropy H of the window's blocks and P99 TTFT d (cost model) give the cell
     and score (sits.py); ``keep`` leaves the slots as they are, ``migrate`` rebalances them.
     Every window logs a ``rebalance`` event with H, d, score, cell, action and the slots."""
-    from .costmodel import CostModel, request_offsets, ttft_kernel
+    from .costmodel import CostModel, request_offsets
     from .engine import check_capacity
-    from .sits import (
-        ENTROPY_SAMPLE, P99_SAMPLE, action_cell, adapt_alpha, migration_score, p99, sim_result, window_bounds,
-        window_entropy,
-    )
+    from .sits import P99_SAMPLE, action_cell, adapt_alpha, migration_score, sim_result, window_bounds, window_signals
     from .tenancy import ctcci
 
     capacity = check_capacity(capacity)
@@ -223,11 +220,8 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
         max_resident = max(max_resident, int(size.sum()))
         demand = demand * memory + np.bincount(shard[lo:hi], minlength=shards)
         r0, r1 = int(request_of[w]), int(request_of[w + 1]) if hi < n else n_req
-        stride = max(1, -(-(r1 - r0) // P99_SAMPLE))
-        ttft_kernel(r0, r1, stride, offsets, hit, tokens, trace.block_tokens, index, table,
-                    cost.miss == "recompute", sample)
-        d_ms = p99(sample, (r1 - r0 + stride - 1) // stride) * 1e3
-        h_bits = window_entropy(block, lo, hi, max(1, (hi - lo) // ENTROPY_SAMPLE))
+        d_ms, h_bits = window_signals(block, lo, hi, r0, r1, offsets, hit, tokens, trace.block_tokens, index, table,
+                                      cost.miss == "recompute", sample)
         dur = float(now[hi - 1] - now[lo])
         load = ((r1 - r0) / dur) / mean_rate if dur > 0 and mean_rate > 0 else 1.0
         a = adapt_alpha(alpha, load)
