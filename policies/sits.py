@@ -54,7 +54,8 @@ DESCRIPTION = "SITS adaptive: per-window entropy/P99 score switches recency vs A
 BEHAVIOURS = ("recency", "scan")
 H_CAP, D_CAP_MS = 8.0, 200.0
 P99_SAMPLE = 1024  # a window's P99 is taken over at most this many evenly spaced requests
-ENTROPY_SAMPLE = 4096  # and its entropy over at most about this many evenly spaced references
+ENTROPY_SAMPLE = 4096  # and its entropy over at most this many references
+SAMPLE_RUNS = 32  # both taken as this many evenly spaced runs of consecutive items
 KEEP_H, KEEP_D = 2.5, 50.0
 MIGRATE_H, MIGRATE_D = 6.0, 150.0
 
@@ -399,13 +400,37 @@ def window_entropy(block, lo, hi, stride=1):
 
 @njit(cache=True)
 def window_signals(block, lo, hi, r0, r1, offsets, hit, tokens, block_tokens, index, table, prefix_only, sample):
-    """A window's latency sensitivity d (P99 TTFT in ms of evenly spaced samples of at most
-    P99_SAMPLE of its requests r0..r1-1) and entropy H (bits, of about ENTROPY_SAMPLE evenly
-    spaced references lo..hi-1), in one compiled call."""
-    stride = max(1, -(-(r1 - r0) // P99_SAMPLE))  # ceil: at most P99_SAMPLE requests
-    ttft_kernel(r0, r1, stride, offsets, hit, tokens, block_tokens, index, table, prefix_only, sample)
-    d_ms = p99(sample, (r1 - r0 + stride - 1) // stride) * 1e3
-    return d_ms, window_entropy(block, lo, hi, max(1, (hi - lo) // ENTROPY_SAMPLE))
+    """A window's latency sensitivity d (P99 TTFT in ms) and entropy H (bits), in one compiled
+    call. Small windows use every request / reference; larger ones SAMPLE_RUNS evenly spaced
+    runs of consecutive ones, P99_SAMPLE requests and ENTROPY_SAMPLE references in all
+    (consecutive runs read a few cache lines where a strided sample reads one per item)."""
+    n_req = r1 - r0
+    if n_req <= P99_SAMPLE:
+        ttft_kernel(r0, r1, 1, offsets, hit, tokens, block_tokens, index, table, prefix_only, sample)
+        m = n_req
+    else:
+        run = P99_SAMPLE // SAMPLE_RUNS
+        for c in range(SAMPLE_RUNS):
+            s = r0 + c * (n_req - run) // (SAMPLE_RUNS - 1)
+            ttft_kernel(s, s + run, 1, offsets, hit, tokens, block_tokens, index, table, prefix_only,
+                        sample[c * run:(c + 1) * run])
+        m = P99_SAMPLE
+    d_ms = p99(sample, m) * 1e3
+    n_ref = hi - lo
+    if n_ref <= ENTROPY_SAMPLE:
+        return d_ms, window_entropy(block, lo, hi, 1)
+    counts = np.zeros(256, dtype=np.int64)
+    run = ENTROPY_SAMPLE // SAMPLE_RUNS
+    for c in range(SAMPLE_RUNS):
+        s = lo + c * (n_ref - run) // (SAMPLE_RUNS - 1)
+        for i in range(s, s + run):
+            counts[(np.uint64(block[i]) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(56)] += 1
+    h = 0.0
+    for x in counts:
+        if x > 0:
+            q = x / (run * SAMPLE_RUNS)
+            h -= q * np.log2(q)
+    return d_ms, h
 
 
 def sim_result(trace: Trace, offsets, name, capacity, hit, evictions, max_resident, seconds, extra):
