@@ -26,8 +26,8 @@ a controller that logs every decision:
    compiled call before the run.
 2. Signals: access-pattern entropy H (Shannon entropy, bits, of the window's block ids hashed
    into 256 buckets, so 0 <= H <= 8) and latency sensitivity d (P99 TTFT of the window's
-   requests in ms, from the cost model; larger windows use evenly spaced samples of at most
-   1024 requests and about 4096 references). score = a*min(1, H/8) + (1-a)*min(1, d/200);
+   requests in ms, from the cost model; larger windows use 32 evenly spaced runs of
+   consecutive requests / references, 1024 requests and 4096 references in all). score = a*min(1, H/8) + (1-a)*min(1, d/200);
    a starts at 0.6 and moves with load (see ``adapt_alpha``).
 3. Action matrix: H < 2.5 and d < 50 ms -> ``keep`` (no change); H > 6 and d > 150 ms ->
    ``migrate`` to the shadow winner once it leads by ``migrate_margin`` (0.1%) of the sampled
