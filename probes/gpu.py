@@ -334,16 +334,17 @@ class Probes:
         return {"loaded": table, "loaded_calibration": cal_frame, "peak_gbs": peak}
 
 
-def timed_phase(phases: list, name: str, t0: float):
-    """Context helper: append {'name', 'start_s', 'end_s'} (seconds since t0) around a block."""
+def timed_phase(phases: list, name: str, t0_ns: int):
+    """Context helper: append {'name', 'start_s', 'end_s'} around a block, in seconds since `t0_ns`,
+    a `time.monotonic_ns()` reading (the samplers' clock, so phases line up with their `t_ns`)."""
     from contextlib import contextmanager
 
     @contextmanager
     def _cm():
-        start = time.monotonic() - t0
+        start = (time.monotonic_ns() - t0_ns) / 1e9
         try:
             yield
         finally:
-            phases.append({"name": name, "start_s": start, "end_s": time.monotonic() - t0})
+            phases.append({"name": name, "start_s": start, "end_s": (time.monotonic_ns() - t0_ns) / 1e9})
 
     return _cm()

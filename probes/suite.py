@@ -144,7 +144,10 @@ def run_suite(run, plan: SuitePlan, index: int = 0, progress: Callable[[str, int
     probes = probes or Probes(index)
     plan.validate(probes.limits)
     report = progress or (lambda part, advance, total: None)
-    t0 = time.monotonic()
+    # Phases are seconds since t0, a reading of the samplers' monotonic clock (their `t_ns`),
+    # recorded as `phases_origin_ns` so reports can place the phases on the sampler timelines.
+    t0 = time.monotonic_ns()
+    run.update_meta(phases_origin_ns=t0)
     phases: list[dict] = []
 
     def step(part):

@@ -266,7 +266,8 @@ def timeline_figures(run: RunAnalysis) -> list[Figure]:
             xs, ys = series[col]
             data.append({"type": "scatter", "mode": "lines", "name": plot_text(col), "x": xs, "y": ys,
                          "yaxis": f"y{axis}", "line": {"width": 1, "color": PALETTE[i % len(PALETTE)]}})
-        layout["xaxis"] = {"title": {"text": "time since start (s)"}, "anchor": f"y{'' if n == 1 else n}"}
+        origin = "the probe suite started" if run.phases_aligned else "the first sample"
+        layout["xaxis"] = {"title": {"text": f"seconds since {origin}"}, "anchor": f"y{'' if n == 1 else n}"}
         for j, ph in enumerate(run.phases):
             start, end = ph.get("start_s"), ph.get("end_s")
             if start is None or end is None:

@@ -329,3 +329,36 @@ def test_sitsprof_run_end_to_end_on_emulated_kernels(emulated, fake_gpu, tmp_pat
     assert "nvml" in run.tables("sampler")
     assert run.meta["clocks"]["applied"]["sm_mhz"] == 1980  # locked to max during the run
     assert fake_gpu.state["devices"][0]["locked_gpu"] is None  # and restored after it
+
+
+def test_sitsprof_run_phases_line_up_with_the_sampler_clock(emulated, fake_gpu, tmp_path, capsys):
+    """The suite records its phases' origin on the samplers' monotonic clock; the report uses it."""
+    from sitsprof.cli.main import main
+    from sitsprof.collectors.rundir import open_run
+    from sitsprof.reports.analysis import analyze_run
+    from sitsprof.reports.report import timeline_figures
+
+    code = main(["run", "--parts", "latency,bandwidth", "--clocks", "none", "--out", str(tmp_path),
+                 "--name", "aligned"])
+    assert code == 0, capsys.readouterr().err
+    run = open_run(tmp_path / "aligned")
+    meta = run.meta
+    origin = meta["phases_origin_ns"]
+    assert isinstance(origin, int)
+    assert [p["name"] for p in meta["phases"]] == ["calibrate", "latency", "bandwidth"]
+    t_ns = run.read_table("nvml", "sampler")["t_ns"].to_numpy()
+    assert len(t_ns) >= 1
+    sampler = meta["samplers"]["nvml"]
+    # The samplers started before the suite and stopped after it, on the same clock.
+    assert t_ns.min() <= origin + int(meta["phases"][0]["start_s"] * 1e9)
+    assert origin + int(meta["phases"][-1]["end_s"] * 1e9) <= t_ns.min() + int(sampler["elapsed_s"] * 1e9)
+
+    res = analyze_run(run.path)
+    assert res.phases_aligned
+    xs = res.samplers["nvml"]["power_w"][0]
+    # Sampler rows are placed at (t_ns - phases_origin_ns) seconds: exactly the phases' time base.
+    assert min(xs) == pytest.approx((t_ns.min() - origin) / 1e9)
+    fig = timeline_figures(res)[0]
+    assert "first sample" not in fig.caption
+    spans = [(s["x0"], s["x1"]) for s in fig.layout["shapes"]]
+    assert spans == [(p["start_s"], p["end_s"]) for p in meta["phases"]]
