@@ -98,8 +98,7 @@ class CostModel:
                 code_to_index[code] = presets.index(PRESETS[name])
         if len(presets) == 1:
             return presets, None
-        tenant = np.asarray(trace.tenant, dtype=np.int64)
-        return presets, np.where(tenant >= 0, code_to_index[np.clip(tenant, 0, None)], 0)
+        return presets, _preset_index(np.ascontiguousarray(trace.tenant), code_to_index.astype(np.int8))
 
     def coefficients(self, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         """(table, index): table[k] holds preset k's cost coefficients (columns above); index
@@ -120,7 +119,7 @@ class CostModel:
                 table[k, MISS_ATTN] = 4.0 * p.layers * p.q_heads * p.attn_dim / (g.flops * tp)
             table[k, DECODE_FIXED] = p.params_total_b * 1e9 * p.dtype_bytes / (g.hbm_read_bps * tp)
             table[k, DECODE_PER_TOKEN] = kv / (g.hbm_read_bps * tp)
-        idx = np.zeros(0, dtype=np.int8) if index is None else index.astype(np.int8)
+        idx = np.zeros(0, dtype=np.int8) if index is None else index
         return table, idx
 
     def block_costs(self, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -139,7 +138,7 @@ class CostModel:
         offsets = request_offsets(trace) if offsets is None else offsets
         first = offsets[:-1]
         rows = table[0] if not len(index) else table[index[first]].T
-        tokens = np.diff(np.concatenate(([0], np.cumsum(trace.tokens, dtype=np.int64)))[offsets]).astype(np.float64)
+        tokens = request_tokens(offsets, token_column(trace), trace.block_tokens).astype(np.float64)
         return rows[DECODE_FIXED] + rows[DECODE_PER_TOKEN] * tokens
 
     # -- per request ----------------------------------------------------------------
@@ -149,20 +148,23 @@ class CostModel:
         table, index = self.coefficients(trace)
         out = np.zeros(len(offsets) - 1)
         ttft_kernel(0, len(out), 1, offsets, np.ascontiguousarray(hit, dtype=np.uint8),
-                    np.ascontiguousarray(trace.tokens, dtype=np.int32), trace.block_tokens, index, table,
-                    self.miss == "recompute", out)
+                    token_column(trace), trace.block_tokens, index, table, self.miss == "recompute", out)
         return out
 
-    def summarize(self, trace: Trace, hit: np.ndarray, ttft: np.ndarray | None = None) -> dict:
-        """Run figures: TTFT P50/P95/P99/mean (ms) and tokens per second (`ttft` if already known)."""
-        ttft = self.request_ttft(trace, hit) if ttft is None else ttft
-        out = latency_summary(ttft)
+    def summarize(self, trace: Trace, hit: np.ndarray, ttft: np.ndarray | None = None,
+                  offsets: np.ndarray | None = None, scratch: bool = False) -> dict:
+        """Run figures: TTFT P50/P95/P99/mean (ms) and tokens per second (`ttft` if already known;
+        with `scratch` the caller hands it over and its order is lost, saving a copy)."""
+        own = ttft is None
+        ttft = self.request_ttft(trace, hit, offsets) if own else ttft
+        n_req = len(ttft)
         input_tokens = float(np.sum(trace.tokens))
         total = float(ttft.sum())
+        out = latency_summary(ttft, overwrite=own or scratch)
         out["prefill_tokens_per_s"] = input_tokens / total if total > 0 else 0.0
         outputs = trace.request_output_tokens
-        if outputs is not None and len(outputs) == len(ttft) and np.all(outputs >= 0):
-            step = self.decode_step(trace)
+        if outputs is not None and len(outputs) == n_req and np.all(outputs >= 0):
+            step = self.decode_step(trace, offsets)
             busy = total + float(np.sum(outputs * step))
             out["tokens_per_s"] = float(np.sum(outputs)) / busy if busy > 0 else 0.0
         else:
@@ -172,15 +174,44 @@ class CostModel:
 
 
 def request_offsets(trace: Trace) -> np.ndarray:
-    """CSR offsets of requests (O(n); the same as Trace.request_offsets when no request is empty)."""
-    request = np.asarray(trace.request)
-    n = len(request)
-    if n == 0:
-        return np.zeros(1, dtype=np.int64)
-    starts = np.flatnonzero(request[1:] != request[:-1]) + 1
-    if len(starts) + 1 != int(request[-1]) + 1 or request[0] != 0:
-        return np.ascontiguousarray(trace.request_offsets, dtype=np.int64)
-    return np.concatenate(([0], starts, [n])).astype(np.int64)
+    """CSR offsets of requests, the same as Trace.request_offsets: one compiled O(n) pass
+    (engine._request_offsets) with no temporary beyond the int64 result."""
+    from .engine import _request_offsets
+
+    return _request_offsets(np.ascontiguousarray(trace.request), trace.n_requests)
+
+
+def token_column(trace: Trace) -> np.ndarray:
+    """`trace.tokens` for ttft_kernel / request_tokens without a copy of a constant column:
+    empty (every block full) when every reference carries `block_tokens`, else int32."""
+    tokens = np.asarray(trace.tokens)
+    if len(tokens) and tokens.strides[0] == 0 and int(tokens[0]) == trace.block_tokens:
+        return np.zeros(0, dtype=np.int32)
+    return np.ascontiguousarray(tokens, dtype=np.int32)
+
+
+@njit(cache=True)
+def _preset_index(tenant, code_to_index):
+    """Per reference, the preset row of its tenant (0 where the tenant is unknown), int8."""
+    out = np.zeros(tenant.shape[0], dtype=np.int8)
+    for i in range(tenant.shape[0]):
+        if tenant[i] >= 0:
+            out[i] = code_to_index[tenant[i]]
+    return out
+
+
+@njit(cache=True)
+def request_tokens(offsets, tokens, block_tokens):
+    """Tokens per request (int64); empty `tokens`: every block full."""
+    n_req = offsets.shape[0] - 1
+    out = np.zeros(n_req, dtype=np.int64)
+    full = tokens.shape[0] == 0
+    for r in range(n_req):
+        total = 0
+        for i in range(offsets[r], offsets[r + 1]):
+            total += block_tokens if full else tokens[i]
+        out[r] = total
+    return out
 
 
 @njit(cache=True)
@@ -231,13 +262,15 @@ def ttft_from_costs(offsets, request, hit, hit_s, miss_s, prefix_only: bool) -> 
     return csum[offsets[1:]] - csum[offsets[:-1]]
 
 
-def latency_summary(seconds: np.ndarray) -> dict:
-    """P50/P95/P99/mean of per-request seconds, in milliseconds."""
+def latency_summary(seconds: np.ndarray, overwrite: bool = False) -> dict:
+    """P50/P95/P99/mean of per-request seconds, in milliseconds. `overwrite`: the percentiles
+    may partition `seconds` in place instead of a copy (the same figures)."""
     if len(seconds) == 0:
         return {"requests": 0, "ttft_p50_ms": 0.0, "ttft_p95_ms": 0.0, "ttft_p99_ms": 0.0, "ttft_mean_ms": 0.0}
-    p50, p95, p99 = np.percentile(seconds, [50, 95, 99]) * 1e3
+    mean = float(np.mean(seconds) * 1e3)  # before a partition reorders the values
+    p50, p95, p99 = np.percentile(seconds, [50, 95, 99], overwrite_input=overwrite) * 1e3
     return {"requests": int(len(seconds)), "ttft_p50_ms": float(p50), "ttft_p95_ms": float(p95),
-            "ttft_p99_ms": float(p99), "ttft_mean_ms": float(np.mean(seconds) * 1e3)}
+            "ttft_p99_ms": float(p99), "ttft_mean_ms": mean}
 
 
 def simulate_costed(trace: Trace, policy, capacity, calibration=None, model: str = DEFAULT_MODEL,

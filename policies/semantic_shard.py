@@ -55,34 +55,38 @@ def _expire_tail(prev, nxt, head, tail, size, owner, last_t, s, now, ttl):
 
 
 @njit(cache=True)
-def replay_shards(block, shard, now, lo, hi, prev, nxt, head, tail, size, cap, owner, last_t, ttl,
-                  hit, evicted, expired, cross):
-    for i in range(lo, hi):
-        b = block[i]
-        s = shard[i]
-        t = now[i]
-        o = owner[b]
-        if o >= 0:
-            if t - last_t[b] < ttl:
-                hit[i] = 1
-                move_to_head(prev, nxt, head, tail, o, b)
-                last_t[b] = t
-                if o != s:
-                    cross[0] += 1
-                continue
-            _drop(prev, nxt, head, tail, size, owner, o, b)
-            expired[o] += 1
-        hit[i] = 0
-        expired[s] += _expire_tail(prev, nxt, head, tail, size, owner, last_t, s, t, ttl)
-        while size[s] >= cap[s] and size[s] > 0:
-            x = pop_tail(prev, nxt, head, tail, s)
-            size[s] -= 1
-            owner[x] = -1
-            evicted[s] += 1
-        push_head(prev, nxt, head, tail, s, b)
-        size[s] += 1
-        owner[b] = s
-        last_t[b] = t
+def replay_shards(block, req_shard, offsets, now, r0, r1, prev, nxt, head, tail, size, cap, owner, last_t, ttl,
+                  hit, evicted, expired, cross, demand):
+    """Serve requests r0..r1-1 (every reference of request r in shard req_shard[r]); adds
+    each shard's references to `demand`."""
+    for r in range(r0, r1):
+        s = req_shard[r]
+        demand[s] += offsets[r + 1] - offsets[r]
+        for i in range(offsets[r], offsets[r + 1]):
+            b = block[i]
+            t = now[i]
+            o = owner[b]
+            if o >= 0:
+                if t - last_t[b] < ttl:
+                    hit[i] = 1
+                    move_to_head(prev, nxt, head, tail, o, b)
+                    last_t[b] = t
+                    if o != s:
+                        cross[0] += 1
+                    continue
+                _drop(prev, nxt, head, tail, size, owner, o, b)
+                expired[o] += 1
+            hit[i] = 0
+            expired[s] += _expire_tail(prev, nxt, head, tail, size, owner, last_t, s, t, ttl)
+            while size[s] >= cap[s] and size[s] > 0:
+                x = pop_tail(prev, nxt, head, tail, s)
+                size[s] -= 1
+                owner[x] = -1
+                evicted[s] += 1
+            push_head(prev, nxt, head, tail, s, b)
+            size[s] += 1
+            owner[b] = s
+            last_t[b] = t
 
 
 @njit(cache=True)
@@ -120,20 +124,48 @@ def embedding_shards(texts, embedder, similarity: float = 0.8) -> np.ndarray:
 
 def request_keys(trace: Trace, shard_key: str = "first-block", texts=None, embedder=None,
                  similarity: float = 0.8) -> np.ndarray:
-    """One key per request."""
-    if shard_key not in SHARD_KEYS:
-        raise PolicyEngineError(f"shard key {shard_key!r} unknown; choose from {', '.join(SHARD_KEYS)}")
+    """One key per request (int64)."""
+    _check_key(shard_key)
+    if shard_key == "embedding":
+        return _embedding_labels(trace, texts, embedder, similarity)
     from .costmodel import request_offsets
 
     first = request_offsets(trace)[:-1]
-    if shard_key == "first-block":
-        return trace.block[first].astype(np.int64)
-    if shard_key in ("tenant", "stack"):
-        tenant = trace.tenant[first].astype(np.int64)
-        if len(tenant) and np.all(tenant < 0):
-            raise PolicyEngineError(f"shard key {shard_key!r}: this trace names no tenant or stack "
-                                    "(use --shard-key first-block, or a trace with a tenant column)")
-        return tenant
+    keys = (trace.block if shard_key == "first-block" else trace.tenant)[first].astype(np.int64)
+    if shard_key != "first-block":
+        _check_tenant(shard_key, len(keys) and np.all(keys < 0))
+    return keys
+
+
+def request_shards(trace: Trace, offsets: np.ndarray, shards: int, shard_key: str = "first-block", texts=None,
+                   embedder=None, similarity: float = 0.8) -> np.ndarray:
+    """The shard of every request, in the narrowest signed integer that holds `shards`: for
+    stable keys the hash of request_keys(...) (hash_shards, one compiled pass that reads each
+    request's first reference, no per-request int64 temporaries); for embeddings label % shards."""
+    _check_key(shard_key)
+    dtype = np.int8 if shards <= 127 else np.int16 if shards <= 32767 else np.int32
+    if shard_key == "embedding":
+        return (_embedding_labels(trace, texts, embedder, similarity) % shards).astype(dtype)
+    column = trace.block if shard_key == "first-block" else trace.tenant
+    out = np.empty(len(offsets) - 1, dtype=dtype)
+    known = hash_shards(np.asarray(column), offsets, shards, out)
+    if shard_key != "first-block":
+        _check_tenant(shard_key, len(out) and not known)
+    return out
+
+
+def _check_key(shard_key: str) -> None:
+    if shard_key not in SHARD_KEYS:
+        raise PolicyEngineError(f"shard key {shard_key!r} unknown; choose from {', '.join(SHARD_KEYS)}")
+
+
+def _check_tenant(shard_key: str, none_known: bool) -> None:
+    if none_known:
+        raise PolicyEngineError(f"shard key {shard_key!r}: this trace names no tenant or stack "
+                                "(use --shard-key first-block, or a trace with a tenant column)")
+
+
+def _embedding_labels(trace: Trace, texts, embedder, similarity: float) -> np.ndarray:
     if texts is None:
         raise PolicyEngineError("shard key 'embedding': this trace carries no request texts")
     if len(texts) != trace.n_requests:
@@ -141,9 +173,18 @@ def request_keys(trace: Trace, shard_key: str = "first-block", texts=None, embed
     return embedding_shards(texts, embedder, similarity)
 
 
-def _shard_of(keys: np.ndarray, shards: int) -> np.ndarray:
-    h = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
-    return (h % np.uint64(shards)).astype(np.int64)
+@njit(cache=True)
+def hash_shards(column, offsets, shards, out):
+    """out[r] = shard of request r: its key (its first reference's block id or tenant code, as
+    int64, read as uint64) times 0x9E3779B97F4A7C15, bits 40.., modulo `shards`. Returns
+    whether any key is >= 0 (a known tenant)."""
+    known = False
+    for r in range(out.shape[0]):
+        key = np.int64(column[offsets[r]])
+        known |= key >= 0
+        h = (np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
+        out[r] = h % np.uint64(shards)
+    return known
 
 
 def allocate(capacity: int, demand: np.ndarray) -> np.ndarray:
@@ -165,16 +206,16 @@ def allocate(capacity: int, demand: np.ndarray) -> np.ndarray:
 def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int = 16, ttl_s: float = 180.0,
         window_s: float = 60.0, memory: float = 0.5, texts=None, embedder=None, similarity: float = 0.8,
         hit_out=None, calibration=None, model: str = "qwen2-72b", miss: str = "recompute", gated: bool = True,
-        alpha: float = 0.6):
+        alpha: float = 0.6, offsets=None):
     """Replay `trace` through the semantic shard cache; a SimResult with shard figures in ``extra``.
 
     With `gated` (default) the SITS action matrix decides, per window, whether the shard
     slots move: entropy H of the window's blocks and P99 TTFT d (cost model) give the cell
     and score (sits.py); ``keep`` leaves the slots as they are, ``migrate`` rebalances them.
     Every window logs a ``rebalance`` event with H, d, score, cell, action and the slots."""
-    from .costmodel import CostModel, request_offsets
+    from .costmodel import CostModel, request_offsets, token_column
     from .engine import check_capacity
-    from .sits import P99_SAMPLE, action_cell, adapt_alpha, migration_score, sim_result, window_bounds, window_signals
+    from .sits import sim_result, window_bounds
     from .tenancy import ctcci
 
     capacity = check_capacity(capacity)
@@ -185,26 +226,51 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
     shards = min(int(shards), capacity)  # every shard needs a slot
     start = time.perf_counter()
     block = np.ascontiguousarray(trace.block, dtype=np.int32)
-    n, n_blocks = len(block), int(trace.n_blocks)
-    offsets = request_offsets(trace)
-    keys = request_keys(trace, shard_key, texts, embedder, similarity)
-    req_shard = _shard_of(keys, shards) if shard_key != "embedding" else keys % shards
-    shard = req_shard[np.asarray(trace.request, dtype=np.int64)] if n else np.zeros(0, np.int64)
-    now = np.asarray(trace.time, dtype=np.float64)  # may be a zero-stride view (engine contract path)
+    offsets = request_offsets(trace) if offsets is None else offsets
+    req_shard = request_shards(trace, offsets, shards, shard_key, texts, embedder, similarity)
+    now = np.asarray(trace.time, dtype=np.float64)  # may be a zero-stride view (no times): the loops read it as is
+    cost = CostModel(calibration, model=model, miss=miss)
+    table, index = cost.coefficients(trace)
+    hit, evicted, expired, cross, max_resident, events = _replay(
+        block, offsets, int(trace.n_blocks), capacity, req_shard, now, window_bounds(trace, window_s, 1 << 62, offsets),
+        token_column(trace), trace.block_tokens, (table, index, cost.miss == "recompute"), shards, float(ttl_s),
+        memory, gated, alpha, hit_out)
+    span = float(now[-1] - now[0]) if len(block) else 0.0
+    summary = cost.summarize(trace, hit, offsets=offsets)  # before the per-request hits: one at a time
+    tenancy = ctcci(trace, hit)
+    seconds = time.perf_counter() - start
+    total_evicted = int(evicted.sum())
+    result = sim_result(trace, offsets, NAME, capacity, hit, total_evicted, max_resident, seconds, {})
+    result.extra.update(
+        shard_key=shard_key, shards=shards, ttl_s=ttl_s, window_s=window_s,
+        shard_evictions=evicted.tolist(), shard_expirations=expired.tolist(), cross_shard_hits=int(cross[0]),
+        semantic_cache_hit_ratio=result.block_hit_ratio,
+        shard_eviction_rate=total_evicted / span if span > 0 else 0.0,
+        cost=summary, tenancy=tenancy, events=events,
+    )
+    return result
+
+
+def _replay(block, offsets, n_blocks, capacity, req_shard, now, bounds, tokens, block_tokens, costing, shards, ttl,
+            memory, gated, alpha, hit_out=None):
+    """The windowed replay over plain arrays (`costing`: the cost model's table, per-reference
+    preset index and whether a miss recomputes); returns (hit, evictions, expirations and
+    cross-shard hits per shard, max resident, events)."""
+    from .sits import P99_SAMPLE, action_cell, adapt_alpha, migration_score, window_signals
+
+    n = len(block)
     prev, nxt, head, tail = new_lists(n_blocks, shards)
     size = np.zeros(shards, dtype=np.int64)
     cap = allocate(capacity, np.zeros(shards))
-    owner = np.full(max(n_blocks, 1), -1, dtype=np.int64)
+    owner = np.full(max(n_blocks, 1), -1, dtype=np.int32)
     last_t = np.zeros(max(n_blocks, 1), dtype=np.float64)
     evicted = np.zeros(shards, dtype=np.int64)
     expired = np.zeros(shards, dtype=np.int64)
     cross = np.zeros(1, dtype=np.int64)
-    hit = np.zeros(n, dtype=np.uint8)
+    hit = np.zeros(n, dtype=np.uint8) if hit_out is None else hit_out
     demand = np.zeros(shards)
-    bounds = window_bounds(trace, window_s, 1 << 62, offsets)
-    cost = CostModel(calibration, model=model, miss=miss)
-    table, index = cost.coefficients(trace)
-    tokens = np.ascontiguousarray(trace.tokens, dtype=np.int32)
+    counts = np.zeros(shards, dtype=np.int64)
+    table, index, prefix_only = costing
     sample = np.zeros(P99_SAMPLE)
     request_of = np.searchsorted(offsets, bounds, side="right") - 1
     n_req = len(offsets) - 1
@@ -215,13 +281,14 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
     for w in range(len(bounds) - 1):
         lo, hi = int(bounds[w]), int(bounds[w + 1])
         before = evicted.sum()
-        replay_shards(block, shard, now, lo, hi, prev, nxt, head, tail, size, cap, owner, last_t,
-                      float(ttl_s), hit, evicted, expired, cross)
-        max_resident = max(max_resident, int(size.sum()))
-        demand = demand * memory + np.bincount(shard[lo:hi], minlength=shards)
         r0, r1 = int(request_of[w]), int(request_of[w + 1]) if hi < n else n_req
-        d_ms, h_bits = window_signals(block, lo, hi, r0, r1, offsets, hit, tokens, trace.block_tokens, index, table,
-                                      cost.miss == "recompute", sample)
+        counts.fill(0)
+        replay_shards(block, req_shard, offsets, now, r0, r1, prev, nxt, head, tail, size, cap, owner, last_t,
+                      ttl, hit, evicted, expired, cross, counts)
+        max_resident = max(max_resident, int(size.sum()))
+        demand = demand * memory + counts
+        d_ms, h_bits = window_signals(block, lo, hi, r0, r1, offsets, hit, tokens, block_tokens, index, table,
+                                      prefix_only, sample)
         dur = float(now[hi - 1] - now[lo])
         load = ((r1 - r0) / dur) / mean_rate if dur > 0 and mean_rate > 0 else 1.0
         a = adapt_alpha(alpha, load)
@@ -230,32 +297,36 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
         move = not gated or cell == "migrate" or (cell == "score" and score >= 0.5)
         if move:
             cap = allocate(capacity, demand)
-        shrink(prev, nxt, head, tail, size, cap, owner, last_t, float(now[hi - 1]), float(ttl_s), evicted, expired)
+        shrink(prev, nxt, head, tail, size, cap, owner, last_t, float(now[hi - 1]), ttl, evicted, expired)
         events.append({"event": "rebalance", "window": w, "time": float(now[hi - 1]), "H": round(h_bits, 4),
                        "d_ms": round(d_ms, 3), "alpha": round(a, 4), "score": round(score, 4), "cell": cell,
                        "action": "migrate" if move else "keep", "hit_ratio": float(hit[lo:hi].mean()),
                        "evictions": int(evicted.sum() - before), "slots": cap.tolist()})
-    seconds = time.perf_counter() - start
-    if hit_out is not None:
-        hit_out[:n] = hit
-    total_evicted = int(evicted.sum())
-    result = sim_result(trace, offsets, NAME, capacity, hit, total_evicted, max_resident, seconds, {})
-    result.extra.update(
-        shard_key=shard_key, shards=shards, ttl_s=ttl_s, window_s=window_s,
-        shard_evictions=evicted.tolist(), shard_expirations=expired.tolist(), cross_shard_hits=int(cross[0]),
-        semantic_cache_hit_ratio=result.block_hit_ratio,
-        shard_eviction_rate=total_evicted / span if span > 0 else 0.0,
-        cost=cost.summarize(trace, hit),
-        tenancy=ctcci(trace, hit), events=events,
-    )
-    return result
+    return hit, evicted, expired, cross, max_resident, events
 
 
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, shards=16):
     """Engine-contract entry point: no trace time reaches it, so TTL and windows cannot apply;
-    use `run` with the Trace. Here every reference is at t=0 (nothing expires), one window."""
-    from .sits import _contract_trace
+    use `run` with the Trace. Here every reference is at t=0 (nothing expires), one window,
+    shards keyed by each request's first block, every block full, the default cost model."""
+    from .costmodel import CostModel
+    from .engine import check_capacity
+    from .trace import DEFAULT_BLOCK_TOKENS
 
-    trace = _contract_trace(block, req_offsets, n_blocks)
-    result = run(trace, int(capacity), shards=int(shards), hit_out=hit)
-    return result.evictions, result.max_resident
+    capacity = check_capacity(int(capacity))
+    if shards < 1:
+        raise PolicyEngineError(f"shards {shards} must be at least 1")
+    shards = min(int(shards), capacity)
+    block = np.ascontiguousarray(block, dtype=np.int32)
+    offsets = np.asarray(req_offsets, dtype=np.int64)
+    n = len(block)
+    req_shard = np.empty(len(offsets) - 1, dtype=np.int8 if shards <= 127 else np.int16 if shards <= 32767 else np.int32)
+    hash_shards(block, offsets, shards, req_shard)
+    bounds = np.array([0, n], dtype=np.int64)
+    cost = CostModel()
+    table, index = cost.coefficients(None)
+    _, evicted, _, _, max_resident, _ = _replay(
+        block, offsets, int(n_blocks), capacity, req_shard, np.broadcast_to(0.0, (n,)), bounds,
+        np.zeros(0, dtype=np.int32), DEFAULT_BLOCK_TOKENS, (table, index, cost.miss == "recompute"), shards, 180.0,
+        0.5, True, 0.6, hit)
+    return int(evicted.sum()), max_resident

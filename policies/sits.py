@@ -169,22 +169,46 @@ def window_bounds(trace: Trace, window_s: float, window_refs: int, offsets: np.n
     from .costmodel import request_offsets
 
     offsets = request_offsets(trace) if offsets is None else offsets
-    n_req = len(offsets) - 1
-    if n_req <= 0:
+    if len(offsets) <= 1:
         return np.array([0, 0], dtype=np.int64)
-    first = offsets[:-1]
     refs = max(int(window_refs), 1)
-    if window_s > 0:
-        t = np.asarray(trace.time, dtype=np.float64)[first]
-        slot = np.floor((t - t[0]) / window_s).astype(np.int64)
-        starts = np.concatenate(([0], np.flatnonzero(np.diff(slot)) + 1))
-        slot_start_ref = np.repeat(first[starts], np.diff(np.concatenate((starts, [n_req]))))
-        sub = (first - slot_start_ref) // refs
-        change = (np.diff(slot) != 0) | (np.diff(sub) != 0)
-    else:
+    if window_s <= 0:
         return reference_windows(offsets, refs)
-    req_starts = np.concatenate(([0], np.flatnonzero(change) + 1))
-    return np.concatenate((first[req_starts], [offsets[-1]])).astype(np.int64)
+    # a zero-stride time column (no times) stays a view: the loop reads one value per request
+    return time_windows(np.asarray(trace.time, dtype=np.float64), offsets, float(window_s), refs)
+
+
+@njit(cache=True)
+def time_windows(times, offsets, window_s, refs):
+    """window_bounds with time, in two compiled passes over the requests (count, then fill)
+    and no per-request temporary. Request r starts at t = times[offsets[r]] in time slot
+    floor((t - t0) / window_s); within a run of one slot, sub-window (offsets[r] - the run's
+    first reference) // refs. A window starts where either changes."""
+    n_req = offsets.shape[0] - 1
+    t0 = times[offsets[0]]
+    out = np.empty(0, dtype=np.int64)
+    for fill in range(2):
+        m = 0
+        slot_prev = np.int64(0)
+        sub_prev = np.int64(0)
+        run_start = offsets[0]
+        for r in range(n_req):
+            first = offsets[r]
+            slot = np.int64(np.floor((times[first] - t0) / window_s))
+            if r > 0 and slot != slot_prev:
+                run_start = first
+            sub = (first - run_start) // refs
+            if r == 0 or slot != slot_prev or sub != sub_prev:
+                if fill:
+                    out[m] = first
+                m += 1
+            slot_prev = slot
+            sub_prev = sub
+        if fill:
+            out[m] = offsets[n_req]
+        else:
+            out = np.empty(m + 1, dtype=np.int64)
+    return out
 
 
 # Position of a word's lowest set bit: _DEBRUIJN[(low * _DEBRUIJN_MUL) >> 58] for low = 2**i.
@@ -438,9 +462,13 @@ def sim_result(trace: Trace, offsets, name, capacity, hit, evictions, max_reside
     from .engine import SimResult, _request_stats
 
     n = len(hit)
-    tokens = np.ascontiguousarray(trace.tokens)
-    request_hits, prefix_hits, hit_tokens = _request_stats(hit, offsets, tokens)
+    tokens = np.asarray(trace.tokens)
+    constant = n and tokens.strides[0] == 0  # one weight for every reference: no copy of it
+    request_hits, prefix_hits, hit_tokens = _request_stats(
+        hit, offsets, np.zeros(0, dtype=np.int32) if constant else np.ascontiguousarray(tokens))
     hits = int(request_hits.sum())
+    if constant:
+        hit_tokens = hits * int(tokens[0])
     total_tokens = int(tokens.sum())
     return SimResult(
         policy=name, capacity=int(capacity), references=n, hits=hits,
@@ -461,13 +489,12 @@ def run(trace: Trace, capacity: int, offsets=None, **kwargs):
     LIRS serves, the controller disarmed, until the engine hot-switches to the SITS cache; hit_out (receives the per-reference hit flags); the rest are SitsConfig fields. ``seconds`` covers the whole
     run (cost model, shadows, controller), not only the cache.
     """
-    from .costmodel import request_offsets
+    from .costmodel import request_offsets, token_column
 
     offsets = request_offsets(trace) if offsets is None else np.asarray(offsets, dtype=np.int64)
     hit, evictions, max_resident, seconds, extra = _replay(
         np.ascontiguousarray(trace.block, dtype=np.int32), offsets, int(trace.n_blocks), capacity,
-        times=np.asarray(trace.time, dtype=np.float64), tokens=np.ascontiguousarray(trace.tokens, dtype=np.int32),
-        trace=trace, **kwargs)
+        times=np.asarray(trace.time, dtype=np.float64), tokens=token_column(trace), trace=trace, **kwargs)
     return sim_result(trace, offsets, NAME, capacity, hit, evictions, max_resident, seconds, extra)
 
 
@@ -553,7 +580,7 @@ def _replay(block, offsets, n_blocks: int, capacity: int, times=None, tokens=Non
         "sample_shift": k, "windows": len(bounds) - 1, "switches": ctl.switches,
         "behaviour_share": {name: float(served[b] / max(n, 1)) for b, name in enumerate(BEHAVIOURS + ("lirs",))
                             if b < 2 or gate is not None},
-        "cost": cost.summarize(trace, hit, ttft) if summary else None,
+        "cost": cost.summarize(trace, hit, ttft, offsets, scratch=True) if summary else None,
         "tenancy": ctcci(trace, hit) if summary else None,
         "events": ctl.events,
     }
@@ -577,18 +604,3 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, window_refs=0, initial="
                                                window_refs=int(window_refs) if window_refs else None,
                                                initial=initial, hit_out=hit, threshold=bool(threshold))
     return evictions, max_resident
-
-
-def _contract_trace(block, req_offsets, n_blocks) -> Trace:
-    """A Trace from what the engine contract passes: full 512-token blocks, all at t=0, no
-    tenant. Constant columns are zero-stride views, so this costs little memory."""
-    n = len(block)
-    if len(req_offsets) - 1 == n:  # one reference per request (oracle, CSV traces)
-        req, position = np.arange(n, dtype=np.int64), np.broadcast_to(np.int32(0), (n,))
-    else:
-        req = np.repeat(np.arange(len(req_offsets) - 1, dtype=np.int64), np.diff(req_offsets))
-        position = (np.arange(n, dtype=np.int64) - req_offsets[:-1][req]).astype(np.int32)
-    return Trace(time=np.broadcast_to(0.0, (n,)), request=req, block=np.asarray(block, dtype=np.int32),
-                 original_id=np.asarray(block), position=position,
-                 tokens=np.broadcast_to(np.int32(DEFAULT_BLOCK_TOKENS), (n,)),
-                 tenant=np.broadcast_to(np.int32(-1), (n,)), n_blocks=int(n_blocks))
