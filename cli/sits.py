@@ -45,7 +45,8 @@ def _notes(result) -> str:
     extra = result.extra or {}
     if "behaviour_share" in extra:
         share = extra["behaviour_share"]
-        return f"{extra['switches']} switches; recency {share['recency']:.0%}"
+        n = extra["switches"]
+        return f"{n} switch{'' if n == 1 else 'es'}; recency {share['recency']:.0%}"
     if "shard_expirations" in extra:
         return f"{sum(extra['shard_expirations']):,} expired; {extra['shard_eviction_rate']:.1f} evict/s"
     return ""

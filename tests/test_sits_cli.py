@@ -163,3 +163,29 @@ def test_durations_and_parameter_values():
                                                "sample_shift": "none", "initial": "recency"})
     assert bound["sits"] == {"window_s": 120.0, "switching": False, "sample_shift": None, "initial": "recency"}
     assert bound["semantic-shard"] == {"window_s": 120.0, "shards": 4}
+
+
+def test_notes_count_switches_in_the_right_number():
+    from types import SimpleNamespace
+
+    from sitsprof.cli.sits import _notes
+
+    share = {"recency": 0.25}
+    assert _notes(SimpleNamespace(extra={"switches": 1, "behaviour_share": share})) == "1 switch; recency 25%"
+    assert _notes(SimpleNamespace(extra={"switches": 2, "behaviour_share": share})) == "2 switches; recency 25%"
+    assert _notes(SimpleNamespace(extra={"switches": 0, "behaviour_share": share})).startswith("0 switches")
+
+
+def test_demo_times_the_replay_after_a_warm_up(capsys, tmp_path, monkeypatch):
+    """The timed replay comes after an untimed one at the smallest capacity (the JIT compile)."""
+    from sitsprof.cli import sits as sits_cli
+
+    calls = []
+    real = sits_cli.run_policies
+    monkeypatch.setattr(sits_cli, "run_policies",
+                        lambda trace, policies, capacities, **kw: calls.append(list(capacities))
+                        or real(trace, policies, capacities, **kw))
+    code, out, err = run(capsys, "demo", "--duration", "120", "-p", "lru", "--out", str(tmp_path / "demo"))
+    assert code == 0, err
+    assert len(calls) == 2 and calls[0] == calls[1][:1] and len(calls[1]) > 1
+    assert "kernels compiled beforehand" in " ".join(out.split())  # the title may wrap
