@@ -150,14 +150,15 @@ def demo_report(out_dir, trace, results: Sequence, document: dict | None = None,
     cal, analysis, banner = choose_calibration(out, run_dir)
     rows = price_results(trace, results, cal)
     capacities = sorted({r.capacity for r in results})
-    timeline = sits_timeline(trace, capacities[len(capacities) // 2], cal, results) if capacities else []
-    payload = {"calibration": cal["name"], "results": rows, "decisions": timeline}
+    middle = capacities[len(capacities) // 2] if capacities else None
+    timeline = sits_timeline(trace, middle, cal, results) if capacities else []
+    payload = {"calibration": cal["name"], "results": rows, "decisions": timeline, "decisions_capacity": middle}
     (out / "policy-results.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
 
     sections = []
     if document:
         wl = document.get("workload", {})
-        facts = [[k, v] for k, v in wl.items() if isinstance(v, (int, float, str))]
+        facts = [[k.replace("_", " "), v] for k, v in wl.items() if isinstance(v, (int, float, str))]
         facts += [[f"requests: {name}", s.get("requests")] for name, s in (wl.get("stacks") or {}).items()]
         sections.append(Section("Workload", intro="The seeded three-stack mix (qwen2-72b, deepseek-v2, phi-3-mini) "
                                 "replayed through every policy; blocks of 512 tokens.",

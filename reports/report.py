@@ -155,7 +155,7 @@ def tlb_figures(run: RunAnalysis) -> tuple[list[Figure], list[Table]]:
     rows = [[_fmt_bytes(s["stride_bytes"]), _fmt_bytes(s["reach_bytes"]), _fmt_bytes(s["step_at_bytes"]),
              s["size"], s["before"], s["after"]] for s in run.tlb_steps]
     table = Table(["stride", "reach (last footprint before the step)", "step at", "step (cycles)",
-                   "before", "after"], rows, title="TLB steps",
+                   "before (cycles)", "after (cycles)"], rows, title="TLB steps",
                   caption="No public counter reports TLB misses; these steps are measured by the chase.")
     return [fig], [table]
 
@@ -231,17 +231,46 @@ def replacement_figures(run: RunAnalysis) -> tuple[list[Figure], list[Table]]:
     data, rows = [], []
     for i, level in enumerate(levels):
         d = run.replacement[level]
-        name = f"load {frac.get(level, float('nan')):.2f}"
+        f = frac.get(level)
+        name = f"level {level}: {f:.0%} of peak" if isinstance(f, (int, float)) and f == f else f"level {level}"
         data.append({"type": "scatter", "mode": "lines", "name": name, "x": d.cdf_x, "y": d.cdf_p,
                      "line": {"color": _colour(i, len(levels))}})
         rows.append([level, frac.get(level), d.summary["count"], *[d.summary[q] for q in QLABELS], d.summary["mean"]])
     base_label, base = run.replacement_baseline
     fig = Figure("Replacement delay per load level (CDF)", data,
                  _axis_titles("extra latency over an unloaded L2 hit (cycles)", "fraction of re-touches"),
-                 caption=f"Baseline: {base_label} = {base:.1f} cycles.")
-    table = Table(["level", "bandwidth fraction", "samples", *[f"{q} (cycles)" for q in QLABELS], "mean"],
+                 caption=f"Baseline: {base_label} = {base:.1f} cycles. Legend: load level and the saturator's "
+                         "achieved bandwidth as a share of its peak.")
+    table = Table(["level", "bandwidth fraction", "samples", *[f"{q} (cycles)" for q in QLABELS], "mean (cycles)"],
                   rows, title="Replacement delay per load level")
     return [fig], [table]
+
+
+#: Display names of the sampler columns documented in docs/run-directory.md (others: by suffix).
+SAMPLER_LABELS = {
+    "sm_clock_mhz": "SM clock (MHz)", "memory_clock_mhz": "memory clock (MHz)", "power_w": "power (W)",
+    "temperature_c": "temperature (°C)", "gpu_util_pct": "GPU utilisation (%)",
+    "memory_util_pct": "memory controller utilisation (%)", "memory_used_bytes": "memory used (B)",
+    "power_instant_w": "instant power (W)", "energy_mj": "energy since driver load (mJ)",
+    "gpm_dram_bw_util_pct": "HBM bandwidth utilisation (%)", "gpm_sm_util_pct": "SM utilisation (%)",
+    "gpm_sm_occupancy_pct": "SM occupancy (%)", "gpm_any_tensor_util_pct": "tensor core utilisation (%)",
+    "gpm_pcie_tx_mibps": "PCIe TX (MiB/s)", "gpm_pcie_rx_mibps": "PCIe RX (MiB/s)",
+    "gpm_nvlink_tx_mibps": "NVLink TX (MiB/s)", "gpm_nvlink_rx_mibps": "NVLink RX (MiB/s)",
+}
+_SUFFIX_UNITS = (("_pct", "%"), ("_mhz", "MHz"), ("_w", "W"), ("_c", "°C"), ("_bytes", "B"), ("_mj", "mJ"),
+                 ("_mibps", "MiB/s"), ("_ns", "ns"), ("_us", "us"))
+
+
+def sampler_label(col: str) -> str:
+    """A sampler column's display name with its unit: `power_w` -> `power (W)`; CUPTI metric names as they are."""
+    if col in SAMPLER_LABELS:
+        return SAMPLER_LABELS[col]
+    if "__" in col:  # a CUPTI metric name: the name is the documentation
+        return col
+    for suffix, unit in _SUFFIX_UNITS:
+        if col.endswith(suffix) and len(col) > len(suffix):
+            return f"{col[: -len(suffix)].replace('_', ' ')} ({unit})"
+    return col.replace("_", " ")
 
 
 def timeline_figures(run: RunAnalysis) -> list[Figure]:
@@ -251,20 +280,27 @@ def timeline_figures(run: RunAnalysis) -> list[Figure]:
             continue
         cols = list(series)
         n = len(cols)
-        gap = 0.08
+        gap = 0.1
         height = 1.0 / n
-        layout: dict[str, Any] = {"showlegend": False, "shapes": [], "annotations": []}
+        # Room above the first panel for the phase names (its own title sits inside the plot area).
+        layout: dict[str, Any] = {"showlegend": False, "shapes": [], "annotations": [], "margin": {"t": 50}}
         data = []
         for i, col in enumerate(cols):
             axis = "" if i == 0 else str(i + 1)
             lo = 1.0 - (i + 1) * height
             top = lo + height - gap / 2
-            layout[f"yaxis{axis}"] = {"domain": [lo + gap / 2, top], "gridcolor": "#e5e5e5", "automargin": True}
+            xs, ys = series[col]
+            yaxis = {"domain": [lo + gap / 2, top], "gridcolor": "#e5e5e5", "automargin": True}
+            finite = np.abs(np.asarray(ys, dtype=np.float64))
+            finite = finite[np.isfinite(finite)]
+            if finite.size and finite.max() < 1e5:  # plain numbers (2619.5, not "2,619.5" next to "2620")
+                yaxis["tickformat"] = "~r"
+            layout[f"yaxis{axis}"] = yaxis
+            label = sampler_label(col)
             layout["annotations"].append({"x": 0, "xref": "paper", "y": top, "yref": "paper", "xanchor": "left",
                                           "yanchor": "bottom", "showarrow": False, "font": {"size": 11},
-                                          "text": f"<b>{plot_text(col)}</b>"})
-            xs, ys = series[col]
-            data.append({"type": "scatter", "mode": "lines", "name": plot_text(col), "x": xs, "y": ys,
+                                          "text": f"<b>{plot_text(label, 60)}</b>"})
+            data.append({"type": "scatter", "mode": "lines", "name": plot_text(label, 60), "x": xs, "y": ys,
                          "yaxis": f"y{axis}", "line": {"width": 1, "color": PALETTE[i % len(PALETTE)]}})
         origin = "the probe suite started" if run.phases_aligned else "the first sample"
         layout["xaxis"] = {"title": {"text": f"seconds since {origin}"}, "anchor": f"y{'' if n == 1 else n}"}
@@ -276,12 +312,13 @@ def timeline_figures(run: RunAnalysis) -> list[Figure]:
                                      "y0": 0, "y1": 1, "fillcolor": PALETTE[j % len(PALETTE)], "opacity": 0.07,
                                      "line": {"width": 0}})
             layout["annotations"].append({"x": (start + end) / 2, "xref": "x", "y": 1.0, "yref": "paper",
-                                          "yanchor": "bottom", "showarrow": False, "font": {"color": "#777"},
+                                          "yanchor": "bottom", "yshift": 14, "showarrow": False,
+                                          "font": {"color": "#777"},
                                           "text": plot_text(ph.get("name", ""))})
         caption = "Shaded spans are the probe phases" + (
             "." if run.phases_aligned or not run.phases else
             " (placed from the first sample: the run does not record the phases' clock origin).")
-        figs.append(Figure(f"Sampler: {name}", data, layout, height=max(260, 130 * n), caption=caption))
+        figs.append(Figure(f"Sampler: {name}", data, layout, height=max(340, 150 * n + 90), caption=caption))
     return figs
 
 
@@ -438,12 +475,22 @@ def read_policy_results(path: str | Path) -> Any:
 
 
 # -- policy results -----------------------------------------------------------------------------
+POLICY_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "triangle-down", "cross",
+                  "pentagon", "hexagon", "circle-open", "square-open", "diamond-open")
+
+
+def _policy_trace(policy: str, xs, ys, style: dict) -> dict:
+    return {"type": "scatter", "mode": "lines+markers", "name": plot_text(policy), "x": xs, "y": ys,
+            "line": {"color": style["color"]}, "marker": {"color": style["color"], "symbol": style["symbol"], "size": 7}}
+
+
 def policy_section(payload: Any, source: str = "") -> Section:
     """Tables and plots from the policy engine's results (SimResult.to_dict rows).
 
     Accepts a list of result rows, or an object with `results` (rows), optional `p99` rows
     (policy, capacity, p99_ms ...) and optional `decisions` / `timeline` (SITS controller
-    windows: t or window, policy/state, and any numeric columns such as entropy, p99_ms).
+    windows: t or window, policy/state, and any numeric columns such as entropy, p99_ms), with
+    optional `decisions_capacity` (the capacity, in blocks, the decisions were taken at)).
     """
     if isinstance(payload, list):
         payload = {"results": payload}
@@ -462,23 +509,32 @@ def policy_section(payload: Any, source: str = "") -> Section:
                          r.get("prefix_hit_ratio"), r.get("evictions"), p99])
         tables.append(Table(["policy", "capacity (blocks)", "block hit ratio", "token hit ratio",
                              "prefix hit ratio", "evictions", "P99 estimate (ms)"], rows, title="Policy results"))
-        data = []
+        # One colour and marker per policy, the same in both plots: with many policies colours
+        # come close, and the markers tell them apart where lines meet.
+        style = {policy: {"color": PALETTE[i % len(PALETTE)], "symbol": POLICY_SYMBOLS[i % len(POLICY_SYMBOLS)]}
+                 for i, policy in enumerate(by_policy)}
+        data, curves = [], {}
         for policy, rs in by_policy.items():
             rs = sorted(rs, key=lambda r: r.get("capacity") or 0)
-            data.append({"type": "scatter", "mode": "lines+markers", "name": plot_text(policy),
-                         "x": [r.get("capacity") for r in rs], "y": [r.get("block_hit_ratio") for r in rs]})
+            xs, ys = [r.get("capacity") for r in rs], [r.get("block_hit_ratio") for r in rs]
+            curves.setdefault((tuple(xs), tuple(ys)), []).append(policy)
+            data.append(_policy_trace(policy, xs, ys, style[policy]))
+        same = [names for names in curves.values() if len(names) > 1]
+        caption = " ".join(f"{' and '.join(names)} give the same hit ratio at every capacity: their lines coincide."
+                           for names in same)
         figs.append(Figure("Hit ratio per capacity", data,
-                           _axis_titles("capacity (blocks)", "block hit ratio", xaxis={"type": "log"})))
+                           _axis_titles("capacity (blocks)", "block hit ratio", xaxis={"type": "log"}),
+                           caption=caption))
         p99_data = []
         for policy, rs in by_policy.items():
             pts = [(r.get("capacity"), r.get("p99_ms", (r.get("extra") or {}).get("p99_ms"))) for r in rs]
             pts = sorted(p for p in pts if isinstance(p[1], (int, float)))
             if pts:
-                p99_data.append({"type": "scatter", "mode": "lines+markers", "name": plot_text(policy),
-                                 "x": [p[0] for p in pts], "y": [p[1] for p in pts]})
+                p99_data.append(_policy_trace(policy, [p[0] for p in pts], [p[1] for p in pts], style[policy]))
         if p99_data:
             figs.append(Figure("P99 estimate per capacity", p99_data,
-                               _axis_titles("capacity (blocks)", "P99 (ms)", xaxis={"type": "log"})))
+                               _axis_titles("capacity (blocks)", "P99 time to first token (ms)",
+                                            xaxis={"type": "log"})))
     timeline = payload.get("decisions") or payload.get("timeline") or []
     if timeline:
         tkey = next((k for k in ("time", "t", "t_s", "time_s", "window") if k in timeline[0]), None)
@@ -499,17 +555,21 @@ def policy_section(payload: Any, source: str = "") -> Section:
                          "x": [xs[i] for i in changes], "y": [0] * len(changes), "yaxis": "y2",
                          "text": [plot_text(states[i]) for i in changes], "textposition": "top center",
                          "marker": {"symbol": "triangle-up", "size": 10, "color": "#D55E00"}})
-        layout = _axis_titles(f"{tkey} (s)" if tkey in ("time", "t", "t_s", "time_s") else (tkey or "window"),
+        layout = _axis_titles(f"trace {tkey} (s)" if tkey in ("time", "t", "t_s", "time_s") else (tkey or "window"),
                               ", ".join(sorted(big)) or "value")
         layout["xaxis"]["anchor"] = "y2"
         layout["yaxis"]["domain"] = [0.25, 1.0]
         layout["yaxis2"] = {"domain": [0.0, 0.15], "showticklabels": False, "range": [-0.5, 1.5]}
         if len(big) < len(numeric):
-            layout["yaxis3"] = {"overlaying": "y", "side": "right", "showgrid": False}
+            layout["yaxis3"] = {"overlaying": "y", "side": "right", "showgrid": False, "automargin": True,
+                                "tickmode": "auto", "nticks": 6,
+                                "title": {"text": plot_text(", ".join(k for k in numeric if k not in big), 80)}}
         layout["legend"] = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
-        layout["margin"] = {"t": 60}
-        figs.append(Figure("SITS decision timeline", data, layout, height=440, wide=True,
-                           caption="Triangles mark each change of the controller's state."))
+        layout["margin"] = {"t": 60, "r": 60 if len(big) < len(numeric) else 10}
+        at = payload.get("decisions_capacity")
+        caption = ("One point per controller window" + (f", at capacity {at:,} blocks" if isinstance(at, int) else "")
+                   + ". Triangles mark the behaviour chosen at the first window and at each change.")
+        figs.append(Figure("SITS decision timeline", data, layout, height=440, wide=True, caption=caption))
     intro = f"From {source}." if source else ""
     if not figs:
         intro += " The file held no results."

@@ -115,3 +115,27 @@ def test_record_run_shows_timelines_and_sampler_health(tmp_path):
     assert facts["recorded command"] == "python train.py"
     stats = report.sections[1].tables
     assert stats[0].row_classes == ["outlier"] and stats[1].rows == [["gpm", "GPM needs a Hopper GPU"]]
+
+
+def test_sampler_labels_carry_units():
+    from sitsprof.reports.report import sampler_label
+
+    assert sampler_label("power_w") == "power (W)"
+    assert sampler_label("gpm_dram_bw_util_pct") == "HBM bandwidth utilisation (%)"
+    assert sampler_label("fan_speed_pct") == "fan speed (%)"
+    assert sampler_label("dram__bytes_read.sum") == "dram__bytes_read.sum"  # CUPTI names stay as they are
+
+
+def test_policy_plots_say_which_lines_coincide_and_at_what_capacity():
+    payload = _policy_payload()
+    twin = [dict(r, policy="lru-twin") for r in payload["results"] if r["policy"] == "lru"]
+    payload["results"] += twin
+    payload["decisions_capacity"] = 500
+    section = policy_section(payload, "policy.json")
+    hit, p99, timeline = section.figures
+    assert "lru and lru-twin give the same hit ratio" in hit.caption
+    markers = {d["name"]: d["marker"] for d in hit.data}
+    assert len({m["symbol"] for m in markers.values()}) == 3  # lines that meet stay apart by marker
+    assert {d["name"]: d["marker"] for d in p99.data} == markers  # the same style in both plots
+    assert "at capacity 500 blocks" in timeline.caption
+    assert timeline.layout["yaxis3"]["title"]["text"] == "entropy"
