@@ -24,16 +24,17 @@ Pruning removes each S entry once after it was pushed, so every step is amortise
 
 libCacheSim's eviction loop (evict until the new block fits) never runs here: with objects
 of size 1 the resident count is always |LIR| + |Q| <= capacity, and the demotions above
-already leave room, so the kernel omits it. The kernel has no calls in its loop (the helpers
-are inlined) and keeps list ends and counters in locals: a call, even one never taken, makes
-numba's loop several times slower.
+already leave room, so the kernel omits it. The kernel has no calls in its loop, keeps list
+ends and counters in locals and writes every list operation out in place (see replay_window):
+a call, even one never taken, makes numba's loop several times slower, and an inlined helper
+costs reference counting of its array arguments.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, move_to_head_s, new_lists, push_head_s, unlink_s
+from ._structs import NIL, new_lists
 
 NAME = "lirs"
 DESCRIPTION = "LIRS: inter-reference recency; LIR blocks in stack S, resident HIR blocks in a 1% queue"
@@ -42,46 +43,6 @@ DESCRIPTION = "LIRS: inter-reference recency; LIR blocks in stack S, resident HI
 # is in NH.
 IN_S, LIR, RES, IN_Q, IN_NH = 1, 2, 4, 8, 16
 S_BITS = IN_S | LIR | RES
-
-
-@njit(cache=True, inline="always")
-def _nh_out(np_, nn, fl, nhh, nht, x):
-    """Take `x` out of NH if it is there; returns NH's ends."""
-    if fl[x] & IN_NH:
-        nhh, nht = unlink_s(np_, nn, nhh, nht, x)
-        fl[x] &= ~IN_NH
-    return nhh, nht
-
-
-@njit(cache=True, inline="always")
-def _prune(sp, sn, np_, nn, fl, sh, stl, nhh, nht):
-    """Drop HIR entries from the bottom of S until the bottom is LIR (or S has one entry).
-    Returns S's and NH's ends and how many entries left S."""
-    dropped = 0
-    x = stl
-    while x != sh and not fl[x] & LIR:
-        if not fl[x] & RES:
-            nhh, nht = _nh_out(np_, nn, fl, nhh, nht, x)
-        sh, stl = unlink_s(sp, sn, sh, stl, x)
-        fl[x] &= ~S_BITS
-        dropped += 1
-        x = stl
-    return sh, stl, nhh, nht, dropped
-
-
-@njit(cache=True, inline="always")
-def _evict_hir(qp, qn, np_, nn, fl, qh, qt, nhh, nht):
-    """Evict the bottom of Q (non-empty); if the block is still in S it stays there as a
-    non-resident id and enters NH. Returns Q's and NH's ends."""
-    x = qt
-    qh, qt = unlink_s(qp, qn, qh, qt, x)
-    fl[x] &= ~IN_Q
-    if fl[x] & IN_S:
-        fl[x] &= ~RES
-        nhh, nht = _nh_out(np_, nn, fl, nhh, nht, x)
-        nhh, nht = push_head_s(np_, nn, nhh, nht, x)
-        fl[x] |= IN_NH
-    return qh, qt, nhh, nht
 
 
 # What the reference needs once the LIR set has room (after the lookup).
@@ -110,7 +71,12 @@ def new_state(n_blocks):
 def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit):
     """Serve references lo..hi-1; the scalars in `st` are loaded into locals and stored back,
     so a run may be cut into windows (the dynamic threshold engine's LIRS baseline). Returns
-    the evictions."""
+    the evictions.
+
+    Every list operation is written out in the loop rather than called, even inlined: numba
+    binds an inlined helper's array arguments to new variables, and the reference counting of
+    those (an atomic NRT_incref/NRT_decref pair per array per call, on the miss paths where
+    LLVM's pruning gives up) took about 40% of the kernel's time on the bench trace."""
     sp, sn = links[:, 0], links[:, 1]  # stack S
     np_, nn = links[:, 2], links[:, 3]  # NH: non-resident HIR ids in S
     sh, stl, qh, qt = np.int32(st[_SH]), np.int32(st[_STL]), np.int32(st[_QH]), np.int32(st[_QT])
@@ -123,22 +89,78 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
     for i in range(lo, hi):
         b = block[i]
         f = fl[b]
-        if f & IN_Q:
-            qh, qt = move_to_head_s(qp, qn, qh, qt, b)
-        if f & IN_S:
-            sh, stl = move_to_head_s(sp, sn, sh, stl, b)
-            if f & LIR:
-                hit[i] = 1
-                if not fl[stl] & LIR:
-                    sh, stl, nhh, nht, dropped = _prune(sp, sn, np_, nn, fl, sh, stl, nhh, nht)
-                    s_n -= dropped
-                continue
+        if f & LIR:
+            # A hit on an LIR block (always in S, never in Q): to the top of S, then prune.
+            if sh != b:  # S: move b to the head
+                p, n = sp[b], sn[b]
+                sn[p] = n
+                if n == NIL:
+                    stl = p
+                else:
+                    sp[n] = p
+                sp[b] = NIL
+                sn[b] = sh
+                sp[sh] = b
+                sh = b
+            hit[i] = 1
+            # Prune: drop HIR entries from the bottom of S until the bottom is LIR.
+            x = stl
+            while x != sh and not fl[x] & LIR:
+                if fl[x] & IN_NH:  # a non-resident id: NH: unlink x
+                    p, n = np_[x], nn[x]
+                    if p == NIL:
+                        nhh = n
+                    else:
+                        nn[p] = n
+                    if n == NIL:
+                        nht = p
+                    else:
+                        np_[n] = p
+                    np_[x] = NIL
+                    nn[x] = NIL
+                    fl[x] &= ~IN_NH
+                p = sp[x]  # S: unlink x, the tail (x != sh, so p != NIL)
+                sn[p] = NIL
+                stl = p
+                sp[x] = NIL
+                fl[x] &= ~S_BITS
+                s_n -= 1
+                x = stl
+            continue
+        if f & IN_Q and qh != b:  # Q: move b to the head
+            p, n = qp[b], qn[b]
+            qn[p] = n
+            if n == NIL:
+                qt = p
+            else:
+                qp[n] = p
+            qp[b] = NIL
+            qn[b] = qh
+            qp[qh] = b
+            qh = b
+        if f & IN_S and sh != b:  # S: move b to the head
+            p, n = sp[b], sn[b]
+            sn[p] = n
+            if n == NIL:
+                stl = p
+            else:
+                sp[n] = p
+            sp[b] = NIL
+            sn[b] = sh
+            sp[sh] = b
+            sh = b
         todo = _NOTHING
         if f & IN_S:
             if f & RES:
                 todo = _HIR_TO_LIR  # resident HIR in S: a hit, it becomes LIR
-                if f & IN_Q:
-                    qh, qt = unlink_s(qp, qn, qh, qt, b)
+                if f & IN_Q:  # Q: unlink b (now its head)
+                    n = qn[b]
+                    qh = n
+                    if n == NIL:
+                        qt = NIL
+                    else:
+                        qp[n] = NIL
+                    qn[b] = NIL
                     fl[b] &= ~IN_Q
                     hirs -= 1
             else:
@@ -151,58 +173,192 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
             # Q is full), then prune S. libCacheSim does this for a Q-only hit too, although
             # that hit adds no LIR block.
             while lirs + 1 > lirs_limit and stl != NIL:
-                x = stl
-                sh, stl = unlink_s(sp, sn, sh, stl, x)
+                x = stl  # S: unlink x, the tail
+                p = sp[x]
+                stl = p
+                if p == NIL:
+                    sh = NIL
+                else:
+                    sn[p] = NIL
+                sp[x] = NIL
                 fl[x] &= ~S_BITS
                 s_n -= 1
                 lirs -= 1
                 while hirs + 1 > hirs_limit and qt != NIL:
-                    qh, qt, nhh, nht = _evict_hir(qp, qn, np_, nn, fl, qh, qt, nhh, nht)
+                    # Evict Q's bottom; if it is still in S it stays there as a non-resident
+                    # id and enters NH.
+                    y = qt  # Q: unlink y, the tail
+                    p = qp[y]
+                    qt = p
+                    if p == NIL:
+                        qh = NIL
+                    else:
+                        qn[p] = NIL
+                    qp[y] = NIL
+                    fl[y] &= ~IN_Q
+                    if fl[y] & IN_S:
+                        fl[y] = (fl[y] & ~RES) | IN_NH  # resident, so not in NH yet
+                        np_[y] = NIL  # NH: push y at the head
+                        nn[y] = nhh
+                        if nhh == NIL:
+                            nht = y
+                        else:
+                            np_[nhh] = y
+                        nhh = y
                     hirs -= 1
                     evictions += 1
                 if fl[x] & IN_Q:
-                    qh, qt = move_to_head_s(qp, qn, qh, qt, x)
-                else:
-                    qh, qt = push_head_s(qp, qn, qh, qt, x)
+                    if qh != x:  # Q: move x to the head
+                        p, n = qp[x], qn[x]
+                        qn[p] = n
+                        if n == NIL:
+                            qt = p
+                        else:
+                            qp[n] = p
+                        qp[x] = NIL
+                        qn[x] = qh
+                        qp[qh] = x
+                        qh = x
+                else:  # Q: push x at the head
+                    qp[x] = NIL
+                    qn[x] = qh
+                    if qh == NIL:
+                        qt = x
+                    else:
+                        qp[qh] = x
+                    qh = x
                     fl[x] |= IN_Q
                 hirs += 1
-                sh, stl, nhh, nht, dropped = _prune(sp, sn, np_, nn, fl, sh, stl, nhh, nht)
-                s_n -= dropped
+                # Prune, as above.
+                x = stl
+                while x != sh and not fl[x] & LIR:
+                    if fl[x] & IN_NH:
+                        p, n = np_[x], nn[x]
+                        if p == NIL:
+                            nhh = n
+                        else:
+                            nn[p] = n
+                        if n == NIL:
+                            nht = p
+                        else:
+                            np_[n] = p
+                        np_[x] = NIL
+                        nn[x] = NIL
+                        fl[x] &= ~IN_NH
+                    p = sp[x]
+                    sn[p] = NIL
+                    stl = p
+                    sp[x] = NIL
+                    fl[x] &= ~S_BITS
+                    s_n -= 1
+                    x = stl
             if todo == _Q_TO_S:
                 if fl[b] & IN_S:
-                    sh, stl = move_to_head_s(sp, sn, sh, stl, b)
-                else:
-                    sh, stl = push_head_s(sp, sn, sh, stl, b)
+                    if sh != b:  # S: move b to the head
+                        p, n = sp[b], sn[b]
+                        sn[p] = n
+                        if n == NIL:
+                            stl = p
+                        else:
+                            sp[n] = p
+                        sp[b] = NIL
+                        sn[b] = sh
+                        sp[sh] = b
+                        sh = b
+                else:  # S: push b at the head
+                    sp[b] = NIL
+                    sn[b] = sh
+                    if sh == NIL:
+                        stl = b
+                    else:
+                        sp[sh] = b
+                    sh = b
                     s_n += 1
                 fl[b] = (fl[b] & ~LIR) | IN_S | RES
             else:
-                if todo == _NONRES_TO_LIR:
-                    nhh, nht = _nh_out(np_, nn, fl, nhh, nht, b)
+                if todo == _NONRES_TO_LIR and fl[b] & IN_NH:  # NH: unlink b
+                    p, n = np_[b], nn[b]
+                    if p == NIL:
+                        nhh = n
+                    else:
+                        nn[p] = n
+                    if n == NIL:
+                        nht = p
+                    else:
+                        np_[n] = p
+                    np_[b] = NIL
+                    nn[b] = NIL
+                    fl[b] &= ~IN_NH
                 fl[b] |= LIR | RES
                 lirs += 1
         elif lirs_limit >= 1:
             # A block in neither S nor Q: LIR while the LIR set has room, else a resident HIR
             # on the tops of S and Q, after evicting Q's bottom when Q is full.
-            sh, stl = push_head_s(sp, sn, sh, stl, b)
+            sp[b] = NIL  # S: push b at the head
+            sn[b] = sh
+            if sh == NIL:
+                stl = b
+            else:
+                sp[sh] = b
+            sh = b
             s_n += 1
             if lirs + 1 <= lirs_limit:
                 fl[b] |= IN_S | LIR | RES
                 lirs += 1
             else:
                 while hirs + 1 > hirs_limit and qt != NIL:
-                    qh, qt, nhh, nht = _evict_hir(qp, qn, np_, nn, fl, qh, qt, nhh, nht)
+                    y = qt  # evict Q's bottom, as above
+                    p = qp[y]
+                    qt = p
+                    if p == NIL:
+                        qh = NIL
+                    else:
+                        qn[p] = NIL
+                    qp[y] = NIL
+                    fl[y] &= ~IN_Q
+                    if fl[y] & IN_S:
+                        fl[y] = (fl[y] & ~RES) | IN_NH
+                        np_[y] = NIL
+                        nn[y] = nhh
+                        if nhh == NIL:
+                            nht = y
+                        else:
+                            np_[nhh] = y
+                        nhh = y
                     hirs -= 1
                     evictions += 1
-                qh, qt = push_head_s(qp, qn, qh, qt, b)
+                qp[b] = NIL  # Q: push b at the head
+                qn[b] = qh
+                if qh == NIL:
+                    qt = b
+                else:
+                    qp[qh] = b
+                qh = b
                 fl[b] |= IN_S | RES | IN_Q
                 hirs += 1
         # Bound the metadata: S may hold at most twice the capacity.
         while s_n > 2 * capacity and nht != NIL:
-            x = nht
-            nhh, nht = unlink_s(np_, nn, nhh, nht, x)
+            x = nht  # NH: unlink x, the tail
+            p = np_[x]
+            nht = p
+            if p == NIL:
+                nhh = NIL
+            else:
+                nn[p] = NIL
+            np_[x] = NIL
             fl[x] &= ~IN_NH
-            if fl[x] & IN_S:
-                sh, stl = unlink_s(sp, sn, sh, stl, x)
+            if fl[x] & IN_S:  # S: unlink x
+                p, n = sp[x], sn[x]
+                if p == NIL:
+                    sh = n
+                else:
+                    sn[p] = n
+                if n == NIL:
+                    stl = p
+                else:
+                    sp[n] = p
+                sp[x] = NIL
+                sn[x] = NIL
                 fl[x] &= ~S_BITS
                 s_n -= 1
         if lirs + hirs > max_resident:
