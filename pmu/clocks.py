@@ -66,6 +66,17 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _read_state(path: Path) -> dict | None:
+    """The lock record in `path`; None when absent, unreadable, or another host's (a shared home folder)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if record.get("host") not in (None, socket.gethostname()):
+        return None
+    return record
+
+
 def lock_records() -> list[dict]:
     """Every clock-lock state file on this host, each with `path` and `stale` added."""
     folder = state_dir()
@@ -73,12 +84,9 @@ def lock_records() -> list[dict]:
         return []
     records = []
     for path in sorted(folder.glob("clocks-*.json")):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        record = _read_state(path)
+        if record is None:
             continue
-        if record.get("host") not in (None, socket.gethostname()):
-            continue  # a shared home folder: another node's lock
         record["path"] = str(path)
         record["stale"] = not record.get("persistent") and not _pid_alive(int(record.get("pid", 0) or 0))
         records.append(record)
@@ -332,13 +340,8 @@ def _record(index: int, uuid: str, resolved: dict, before: dict, persistent: boo
 
 def _check_not_held(path: Path, index: int, persistent_ok: bool = False) -> None:
     """Refuse to lock over a live run's lock, or (for runs) over `sitsprof clocks lock`."""
-    if not path.exists():
-        return
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    if record.get("host") not in (None, socket.gethostname()):
+    record = _read_state(path)
+    if record is None:
         return
     if record.get("persistent"):
         if not persistent_ok:
