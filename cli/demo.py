@@ -18,7 +18,6 @@ from .policy import (
     result_rows,
     results_table,
     rows_to_csv,
-    run_with_progress,
     stdout_console,
     trace_summary,
 )

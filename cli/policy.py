@@ -142,17 +142,20 @@ def results_table(results, title: str | None = None):
     return table
 
 
-def run_with_progress(trace, policies: list[str], capacities: list[int], show: bool, console=None):
-    """simulate_many, with a rich progress bar on stderr when `show` and stderr is a terminal."""
+def run_with_progress(trace, policies: list[str], capacities: list[int], show: bool, console=None,
+                      simulate=None, **kwargs):
+    """`simulate(trace, policies, capacities, progress=..., **kwargs)` (default engine.simulate_many),
+    with a rich progress bar on stderr when `show`, stderr is a terminal and there is more than one run."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from sitsprof.policies.engine import simulate_many
+    if simulate is None:
+        from sitsprof.policies.engine import simulate_many as simulate
 
     console = console or Console(stderr=True)
     total = len(policies) * len(capacities)
     if not show or not console.is_terminal or total < 2:
-        return simulate_many(trace, policies, capacities)
+        return simulate(trace, policies, capacities, **kwargs)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task(f"{policies[0]} @ {capacities[0]:,}", total=total)
@@ -160,7 +163,7 @@ def run_with_progress(trace, policies: list[str], capacities: list[int], show: b
         def advance(done: int, total_: int, label: str) -> None:
             progress.update(task, completed=done, description=f"done {label}")
 
-        return simulate_many(trace, policies, capacities, progress=advance)
+        return simulate(trace, policies, capacities, progress=advance, **kwargs)
 
 
 def stdout_console():

@@ -14,27 +14,14 @@ def run_policies(trace, policies, capacities, show: bool, calibration=None, mode
     """Every policy at every capacity through the cost model (SITS policies get the trace,
     hence time windows, TTL and their event logs), with a progress bar when `show`;
     `params`: {policy: {name: value}} from sitsprof.policies.params.bind."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from sitsprof.policies.costmodel import simulate_many_costed
+    from sitsprof.policies.metrics import result_metrics
     from sitsprof.policies.models import DEFAULT_MODEL
 
-    from sitsprof.policies.metrics import result_metrics
+    from .policy import run_with_progress
 
-    cost = {"calibration": calibration, "model": model or DEFAULT_MODEL, "miss": miss, "params": params}
-    console = console or Console(stderr=True)
-    total = len(policies) * len(capacities)
-    if not show or not console.is_terminal or total < 2:
-        results = simulate_many_costed(trace, policies, capacities, **cost)
-    else:
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task(f"{policies[0]} @ {capacities[0]:,}", total=total)
-            results = simulate_many_costed(
-                trace, policies, capacities,
-                progress=lambda done, _total, label: progress.update(task, completed=done, description=f"done {label}"),
-                **cost)
+    results = run_with_progress(trace, policies, capacities, show, console, simulate=simulate_many_costed,
+                                calibration=calibration, model=model or DEFAULT_MODEL, miss=miss, params=params)
     span = float(trace.time[-1] - trace.time[0]) if len(trace) else 0.0
     for r in results:  # the Prometheus figures, also in --json
         r.extra["metrics"] = result_metrics(r, span)
