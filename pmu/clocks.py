@@ -385,21 +385,15 @@ def locked_clocks(device_index: int = 0, sm="max", memory=None, mode: str = "loc
         raise ClockValueError(f"clock mode {mode!r}: use one of {', '.join(_MODES)}")
     session = ClockSession(device_index, mode, {"sm": sm, "memory": memory})
     session.before = read_clocks(device_index)
-    if mode == "none":
-        try:
+    if mode == "lock":
+        session.resolved = resolve(device_index, sm, memory)
+    if session.resolved.get("sm") is None and session.resolved.get("memory") is None:
+        try:  # nothing to change: only the drift is recorded
             yield session
         finally:
             session.after = read_clocks(device_index)
         return
-    pynvml = nvml()
-    uuid = text(pynvml.nvmlDeviceGetUUID(handle(device_index)))
-    session.resolved = resolve(device_index, sm, memory)
-    if session.resolved["sm"] is None and session.resolved["memory"] is None:
-        try:
-            yield session
-        finally:
-            session.after = read_clocks(device_index)
-        return
+    uuid = text(nvml().nvmlDeviceGetUUID(handle(device_index)))
     path = _state_path(uuid)
     _check_not_held(path, device_index)
     with terminate_raises():
