@@ -81,31 +81,15 @@ def load_trace(path: str, fmt: str | None, skip_bad_lines: bool):
     return trace, (fmt or detect_format(path))
 
 
-def per_tenant_hit_ratios(trace, result) -> dict[str, float]:
-    """Block hit ratio of each tenant (model stack), from the result's per-request hits."""
-    import numpy as np
-
-    if not trace.tenant_names or not len(trace):
-        return {}
-    offsets = trace.request_offsets
-    req_tenant = trace.tenant[offsets[:-1]]
-    refs = np.diff(offsets)
-    out = {}
-    for code, name in enumerate(trace.tenant_names):
-        mask = req_tenant == code
-        total = int(refs[mask].sum())
-        if total:
-            out[name] = float(result.request_hits[mask].sum() / total)
-    return out
-
-
 def result_rows(results, trace=None) -> list[dict]:
     """Flat rows (one per result) for JSON and CSV; per-tenant hit ratios where tenants are known."""
+    from sitsprof.policies.tenancy import tenant_hit_ratios
+
     rows = []
     for result in results:
         row = result.to_dict()
         if trace is not None:
-            for name, ratio in per_tenant_hit_ratios(trace, result).items():
+            for name, ratio in tenant_hit_ratios(trace, result.request_hits).items():
                 row[f"hit_ratio[{name}]"] = ratio
         rows.append(row)
     return rows

@@ -126,6 +126,7 @@ def claims_cmd(mooncake_path, seed, calibration, as_json):
     import json
 
     from sitsprof.policies import generator
+    from sitsprof.policies.tenancy import tenant_hit_ratios
 
     from .policy import load_trace, parse_policies, stdout_console
 
@@ -142,7 +143,7 @@ def claims_cmd(mooncake_path, seed, calibration, as_json):
             rows = []
             for r in results:
                 cost = r.extra.get("cost") or {}
-                stacks = _stack_hit_ratios(tr, r)
+                stacks = tenant_hit_ratios(tr, r.request_hits, keep_empty=True)
                 rows.append({"policy": r.policy, "capacity": r.capacity, "block_hit_ratio": r.block_hit_ratio,
                              "prefix_hit_ratio": r.prefix_hit_ratio, "ttft_p95_ms": cost.get("ttft_p95_ms"),
                              "ttft_p99_ms": cost.get("ttft_p99_ms"), "tokens_per_s": cost.get("tokens_per_s"),
@@ -152,18 +153,6 @@ def claims_cmd(mooncake_path, seed, calibration, as_json):
                 stdout_console().print(_claims_table(name, tr, claim, rows))
     if as_json:
         click.echo(json.dumps(document, indent=2))
-
-
-def _stack_hit_ratios(trace, result) -> dict:
-    import numpy as np
-
-    if not trace.tenant_names:
-        return {}
-    offsets = trace.request_offsets
-    tenant = trace.tenant[offsets[:-1]]
-    refs = np.diff(offsets)
-    return {name: float(result.request_hits[tenant == code].sum() / max(refs[tenant == code].sum(), 1))
-            for code, name in enumerate(trace.tenant_names)}
 
 
 def _claims_table(name, trace, claim, rows):

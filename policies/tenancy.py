@@ -73,6 +73,26 @@ def ctcci(trace: Trace, hit: np.ndarray) -> dict:
             "per_tenant": per}
 
 
+def tenant_hit_ratios(trace: Trace, request_hits: np.ndarray, keep_empty: bool = False) -> dict[str, float]:
+    """Block hit ratio of each named tenant (model stack) from per-request hits
+    (`SimResult.request_hits`). A tenant with no references is left out, or 0.0 with
+    `keep_empty` (for tables that want a column per tenant whatever the workload drew)."""
+    if not trace.tenant_names:
+        return {}
+    offsets = trace.request_offsets
+    req_tenant = trace.tenant[offsets[:-1]]
+    refs = np.diff(offsets)
+    out = {}
+    for code, name in enumerate(trace.tenant_names):
+        mask = req_tenant == code
+        total = int(refs[mask].sum())
+        if total:
+            out[name] = float(request_hits[mask].sum() / total)
+        elif keep_empty:
+            out[name] = 0.0
+    return out
+
+
 def isolate(trace: Trace) -> Trace:
     """The same trace with one namespace per tenant: block ids become dense (tenant, block) pairs."""
     from dataclasses import replace
