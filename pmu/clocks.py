@@ -112,15 +112,14 @@ def stale_lock_warning() -> str | None:
 # -- reading and resolving ---------------------------------------------------------------
 def read_clocks(index: int = 0) -> dict:
     """Current SM and memory clocks (MHz) and the clock event reasons."""
-    from sitsprof.pmu.device import event_reason_names, event_reasons
+    from sitsprof.pmu.device import event_reason_list
 
     pynvml = nvml()
     h = handle(index)
-    reasons = event_reasons(h)
     return {
         "sm_mhz": optional(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
         "memory_mhz": optional(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),
-        "event_reasons": event_reason_names(reasons) if reasons is not None else None,
+        "event_reasons": event_reason_list(h),
     }
 
 

@@ -52,6 +52,12 @@ def event_reasons(h) -> int | None:
     return None
 
 
+def event_reason_list(h) -> list[str] | None:
+    """The names of the clock event reasons now set on `h`; None where the GPU does not report them."""
+    reasons = event_reasons(h)
+    return event_reason_names(reasons) if reasons is not None else None
+
+
 def _cuda_attributes(pci_bus_id: str) -> dict | None:
     """SM count and L2 bytes from the CUDA driver, matched by PCI bus id; None without cuda-python."""
     try:
@@ -106,7 +112,6 @@ def device_facts(index: int = 0, cuda: bool = True) -> dict:
     memory = pynvml.nvmlDeviceGetMemoryInfo(h)
     cores = optional(pynvml.nvmlDeviceGetNumGpuCores, h)
     cuda_version = optional(pynvml.nvmlSystemGetCudaDriverVersion)
-    reasons = event_reasons(h)
     sources = {}
     attrs = _cuda_attributes(pci_bus_id) if cuda else None
     sm_count = (attrs or {}).get("sm_count")
@@ -138,7 +143,7 @@ def device_facts(index: int = 0, cuda: bool = True) -> dict:
         "driver": text(pynvml.nvmlSystemGetDriverVersion()),
         "cuda": f"{cuda_version // 1000}.{cuda_version % 1000 // 10}" if cuda_version else None,
         "clocks": clock_facts(h),
-        "clock_event_reasons": event_reason_names(reasons) if reasons is not None else None,
+        "clock_event_reasons": event_reason_list(h),
         "sources": sources,
     }
 
