@@ -266,10 +266,11 @@ def _loaded(res: RunAnalysis, frame) -> None:
     retouch_sorted = {}
     for k, values in sorted_groups(key, frame[latcol].to_numpy()):
         access, level = str(names[k >> 32]), int(k & 0xFFFFFFFF)
-        res.loaded_dists[(access, level)] = Distribution.of(values, presorted=True)
+        dist = res.loaded_dists[(access, level)] = Distribution.of(values, presorted=True)
         mean = means.loc[(names[k >> 32], level)]
+        # The row's count, mean and quantiles are the distribution's own (one pass over the samples).
         rows.append({"access": access, "level": level, "bandwidth_fraction": float(mean[fcol]),
-                     **_quantile_row(values)})
+                     **{key: dist.summary[key] for key in ("count", "mean", *QLABELS)}})
         if gbs:
             rows[-1]["achieved_gbs"] = float(mean[gbs])
         if access == "retouch":
