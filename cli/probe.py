@@ -47,52 +47,6 @@ def _limits(index: int, dry_run: bool):
         return _nominal_h200()
 
 
-def _parse_sizes(text: str | None):
-    from sitsprof.probes.plan import parse_size
-
-    return None if text is None else [parse_size(part) for part in text.split(",") if part.strip()]
-
-
-def _apply(plan, part: str, opts: dict, limits) -> None:
-    """Command-line overrides of one part of the suite plan (validated afterwards)."""
-    from dataclasses import replace
-
-    from sitsprof.probes.plan import TLB_SKEW, ChaseSweep, StreamConfig, geometric_sizes, parse_size
-
-    size = (lambda key: parse_size(opts[key]) if opts.get(key) is not None else None)
-    if part == "tlb" and (opts.get("strides") or opts.get("max_footprint")):
-        strides = _parse_sizes(opts.get("strides")) or [s.stride for s in plan.tlb.sweeps]
-        top = size("max_footprint") or plan.tlb.sweeps[0].footprints[-1]
-        base = plan.tlb.sweeps[0]
-        plan.tlb.sweeps = [ChaseSweep(geometric_sizes(2 * s, max(top, 2 * s), 2, align=s), stride=s,
-                                      skew=TLB_SKEW, samples=base.samples, warm_full_bytes=max(top, 2 * s))
-                           for s in strides]
-    if part == "bandwidth":
-        if opts.get("buffer"):
-            plan.bandwidth.buffer_bytes = size("buffer")
-        if any(opts.get(k) is not None for k in ("sms", "blocks_per_sm", "throttle_ns")):
-            bps = opts.get("blocks_per_sm") or 4
-            plan.bandwidth.configs = [StreamConfig(active_sms=opts.get("sms") or limits.sm_count, blocks_per_sm=bps,
-                                                   threads=max(32, min(512, 2048 // bps // 32 * 32)),
-                                                   throttle_ns=opts.get("throttle_ns") or 0)]
-    if part == "loaded":
-        if opts.get("levels"):
-            n = opts["levels"] - 1
-            if n < 1:
-                from sitsprof.probes.errors import PlanError
-
-                raise PlanError("--levels must be at least 2 (idle and one loaded level)")
-            plan.loaded = replace(plan.loaded, targets=[(i + 1) / n for i in range(n)])
-        if opts.get("retouch"):
-            plan.loaded = replace(plan.loaded, retouch_bytes=size("retouch"))
-        if opts.get("max_footprint"):
-            plan.loaded = replace(plan.loaded, hbm_footprint=size("max_footprint"))
-        if opts.get("sms"):
-            plan.loaded = replace(plan.loaded, saturator=replace(plan.loaded.saturator, active_sms=opts["sms"]))
-        if opts.get("saturator"):
-            plan.loaded = replace(plan.loaded, saturator_kind=opts["saturator"])
-
-
 def _print_plan(console, plan, limits, dry_run: bool) -> None:
     from sitsprof.probes.plan import format_size
 
@@ -114,19 +68,13 @@ def execute(parts, suite: str, index: int, parent: str, name: str | None, clocks
     from rich.console import Console
 
     from sitsprof.probes.plan import require_hopper
-    from sitsprof.probes.suite import make_suite
+    from sitsprof.probes.suite import plan_suite
 
     console = Console(stderr=True, soft_wrap=True)
-    overrides = overrides or {}
     limits = _limits(index, dry_run)
     if gpm == "on":
         require_hopper(limits, "the GPM counters (--gpm on)")
-    plan = make_suite(suite, limits, tuple(parts), max_footprint=_size_or_none(overrides.get("max_footprint"))
-                      if "latency" in parts else None,
-                      min_footprint=_size_or_none(overrides.get("min_footprint")),
-                      per_octave=overrides.get("per_octave"), samples=overrides.get("samples"))
-    for part in parts:
-        _apply(plan, part, overrides, limits)
+    plan = plan_suite(suite, limits, tuple(parts), overrides)
     plan.validate(limits)  # PlanError here: nothing made, nothing launched
     _print_plan(console, plan, limits, dry_run)
     if dry_run:
@@ -134,12 +82,6 @@ def execute(parts, suite: str, index: int, parent: str, name: str | None, clocks
         return
     run = _run(plan, index, parent, name, clocks, gpm, console)
     click.echo(f"run directory: {run.path} ({run.status})")
-
-
-def _size_or_none(text):
-    from sitsprof.probes.plan import parse_size
-
-    return None if text is None else parse_size(text)
 
 
 def _run(plan, index, parent, name, clocks, gpm, console):

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .plan import (GiB, KiB, MiB, TLB_SKEW, BandwidthPlan, ChaseSweep, DeviceLimits, LatencyPlan, LoadedPlan,
-                   StreamConfig, TlbPlan, format_size, geometric_sizes)
+                   StreamConfig, TlbPlan, format_size, geometric_sizes, parse_size)
 
 SUITES = ("quick", "full")
 PARTS = ("latency", "tlb", "bandwidth", "loaded")
@@ -117,6 +117,56 @@ def make_suite(name: str, device: DeviceLimits, parts: tuple[str, ...] = PARTS,
                         targets=[i / 8 for i in range(1, 9)] if quick else [i / 16 for i in range(1, 17)],
                         samples=4096 if quick else 16384)
     return SuitePlan(name, LatencyPlan(ladder), TlbPlan(tlb_sweeps), bandwidth, loaded, parts=tuple(parts))
+
+
+def plan_suite(name: str, device: DeviceLimits, parts: tuple[str, ...] = PARTS,
+               overrides: dict | None = None) -> SuitePlan:
+    """The suite for `device` with the command line's per-part overrides (`sitsprof probe <part>
+    --...`; sizes as text, e.g. '2MiB'). Not validated yet: the caller validates before anything runs."""
+    opts = overrides or {}
+
+    def size(key):
+        return parse_size(opts[key]) if opts.get(key) is not None else None
+
+    # --max-footprint belongs to whichever part is run: the ladder's top, the TLB sweep's, the HBM chase's
+    plan = make_suite(name, device, tuple(parts), max_footprint=size("max_footprint") if "latency" in parts else None,
+                      min_footprint=size("min_footprint"), per_octave=opts.get("per_octave"),
+                      samples=opts.get("samples"))
+    if "tlb" in parts and (opts.get("strides") or opts.get("max_footprint")):
+        strides = ([parse_size(s) for s in (opts.get("strides") or "").split(",") if s.strip()]
+                   or [s.stride for s in plan.tlb.sweeps])
+        top = size("max_footprint") or plan.tlb.sweeps[0].footprints[-1]
+        base = plan.tlb.sweeps[0]
+        plan.tlb.sweeps = [ChaseSweep(geometric_sizes(2 * s, max(top, 2 * s), 2, align=s), stride=s,
+                                      skew=TLB_SKEW, samples=base.samples, warm_full_bytes=max(top, 2 * s))
+                           for s in strides]
+    if "bandwidth" in parts:
+        if opts.get("buffer"):
+            plan.bandwidth.buffer_bytes = size("buffer")
+        if any(opts.get(k) is not None for k in ("sms", "blocks_per_sm", "throttle_ns")):
+            bps = opts.get("blocks_per_sm") or 4
+            plan.bandwidth.configs = [StreamConfig(active_sms=opts.get("sms") or device.sm_count, blocks_per_sm=bps,
+                                                   threads=max(32, min(512, 2048 // bps // 32 * 32)),
+                                                   throttle_ns=opts.get("throttle_ns") or 0)]
+    if "loaded" in parts:
+        loaded = plan.loaded
+        if opts.get("levels"):
+            n = opts["levels"] - 1
+            if n < 1:
+                from .errors import PlanError
+
+                raise PlanError("--levels must be at least 2 (idle and one loaded level)")
+            loaded = replace(loaded, targets=[(i + 1) / n for i in range(n)])
+        if opts.get("retouch"):
+            loaded = replace(loaded, retouch_bytes=size("retouch"))
+        if opts.get("max_footprint"):
+            loaded = replace(loaded, hbm_footprint=size("max_footprint"))
+        if opts.get("sms"):
+            loaded = replace(loaded, saturator=replace(loaded.saturator, active_sms=opts["sms"]))
+        if opts.get("saturator"):
+            loaded = replace(loaded, saturator_kind=opts["saturator"])
+        plan.loaded = loaded
+    return plan
 
 
 @contextmanager
