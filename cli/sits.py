@@ -22,9 +22,8 @@ def run_policies(trace, policies, capacities, show: bool, calibration=None, mode
 
     results = run_with_progress(trace, policies, capacities, show, console, simulate=simulate_many_costed,
                                 calibration=calibration, model=model or DEFAULT_MODEL, miss=miss, params=params)
-    span = float(trace.time[-1] - trace.time[0]) if len(trace) else 0.0
     for r in results:  # the Prometheus figures, also in --json
-        r.extra["metrics"] = result_metrics(r, span)
+        r.extra["metrics"] = result_metrics(r, trace.span_s)
     return results
 
 
@@ -89,8 +88,7 @@ def serve_metrics(trace_path, policy_text, capacity_text, calibration, model_nam
     trace, _ = load_trace(trace_path, None, False)
     capacities = parse_capacities(capacity_text, trace.n_blocks)
     results = run_policies(trace, policies, capacities, show=not once, calibration=calibration, model=model_name)
-    span = float(trace.time[-1] - trace.time[0]) if len(trace) else 0.0
-    registry = build_registry(results, span)
+    registry = build_registry(results, trace.span_s)
     if once:
         click.echo(exposition(registry), nl=False)
         return

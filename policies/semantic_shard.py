@@ -235,7 +235,6 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
         block, offsets, int(trace.n_blocks), capacity, req_shard, now, window_bounds(trace, window_s, 1 << 62, offsets),
         token_column(trace), trace.block_tokens, (table, index, cost.miss == "recompute"), shards, float(ttl_s),
         memory, gated, alpha, hit_out)
-    span = float(now[-1] - now[0]) if len(block) else 0.0
     summary = cost.summarize(trace, hit, offsets=offsets)  # before the per-request hits: one at a time
     tenancy = ctcci(trace, hit)
     seconds = time.perf_counter() - start
@@ -245,7 +244,7 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
         shard_key=shard_key, shards=shards, ttl_s=ttl_s, window_s=window_s,
         shard_evictions=evicted.tolist(), shard_expirations=expired.tolist(), cross_shard_hits=int(cross[0]),
         semantic_cache_hit_ratio=result.block_hit_ratio,
-        shard_eviction_rate=total_evicted / span if span > 0 else 0.0,
+        shard_eviction_rate=total_evicted / trace.span_s if trace.span_s > 0 else 0.0,
         cost=summary, tenancy=tenancy, events=events,
     )
     return result

@@ -67,6 +67,12 @@ class Trace:
         return int(self.request[-1]) + 1 if len(self.request) else 0
 
     @property
+    def span_s(self) -> float:
+        """Seconds of trace time from the first reference to the last (0 for an empty trace),
+        the denominator of per-second rates such as evictions per second."""
+        return float(self.time[-1] - self.time[0]) if len(self.time) else 0.0
+
+    @property
     def request_offsets(self) -> np.ndarray:
         """CSR offsets: references of request r are [offsets[r], offsets[r+1])."""
         # Counting references per request is O(n), a few times faster than a binary search
