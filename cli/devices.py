@@ -23,9 +23,7 @@ def devices(as_json: bool, show_counters: bool, device: int | None) -> None:
     indices = [device] if device is not None else list(range(device_count()))
     entries = []
     for index in indices:
-        facts = device_facts(index)
-        facts["capabilities"] = capabilities(index, facts)
-        entries.append(facts)
+        entries.append({**device_facts(index), "capabilities": capabilities(index)})
     if as_json:
         click.echo(json.dumps(entries, indent=2))
         return

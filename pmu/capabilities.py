@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from sitsprof.pmu.catalog import COUNTERS
+from sitsprof.pmu.catalog import COUNTERS, NVML_GROUPS
 
 
 def clock_lock_capability() -> dict:
@@ -22,9 +22,8 @@ def _nvml_groups_readable(index: int) -> dict[str, str | None]:
 
     pynvml = nvml()
     h = handle(index)
-    groups = sorted({c.group for c in COUNTERS if c.group})
     out = {}
-    for group, reader in zip(groups, _group_readers(pynvml, h, groups)):
+    for group, reader in zip(NVML_GROUPS, _group_readers(pynvml, h, NVML_GROUPS)):
         try:
             row = reader()
             missing = [k for k, v in row.items() if v is None]
@@ -34,7 +33,8 @@ def _nvml_groups_readable(index: int) -> dict[str, str | None]:
     return out
 
 
-def capabilities(index: int = 0, facts: dict | None = None) -> dict:
+def capabilities(index: int = 0) -> dict:
+    """Clock locking, GPM, CUPTI PM sampling and, for each catalog counter, whether it reads on GPU `index`."""
     from sitsprof.pmu.cupti_pm import availability
     from sitsprof.pmu.gpm import gpm_support
     from sitsprof.pmu.nvml import nvml, optional
