@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import threading
 
-# name, help, unit conversion from the NVML reading
+# name, help
 _GAUGES = (
     ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."),
     ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz)."),
@@ -57,63 +57,61 @@ class _GpmPoller:
         self.reader.close()
 
 
+def _gauge_readers(p, h) -> list:
+    """Per GPU, one function per NVML call, each returning {gauge name: value or None}."""
+    from sitsprof.pmu.device import event_reasons
+
+    def utilization():
+        util = p.nvmlDeviceGetUtilizationRates(h)
+        return {"DCGM_FI_DEV_GPU_UTIL": util.gpu, "DCGM_FI_DEV_MEM_COPY_UTIL": util.memory}
+
+    def memory():
+        info = p.nvmlDeviceGetMemoryInfo(h)
+        return {"DCGM_FI_DEV_FB_USED": info.used / 2**20, "DCGM_FI_DEV_FB_FREE": info.free / 2**20}
+
+    return [
+        lambda: {"DCGM_FI_DEV_SM_CLOCK": p.nvmlDeviceGetClockInfo(h, p.NVML_CLOCK_SM)},
+        lambda: {"DCGM_FI_DEV_MEM_CLOCK": p.nvmlDeviceGetClockInfo(h, p.NVML_CLOCK_MEM)},
+        lambda: {"DCGM_FI_DEV_GPU_TEMP": p.nvmlDeviceGetTemperature(h, p.NVML_TEMPERATURE_GPU)},
+        lambda: {"DCGM_FI_DEV_POWER_USAGE": p.nvmlDeviceGetPowerUsage(h) / 1000.0},
+        lambda: {"DCGM_FI_DEV_CLOCKS_EVENT_REASONS": event_reasons(h)},
+        utilization,
+        memory,
+    ]
+
+
 class NvmlCollector:
     """A prometheus_client custom collector reading NVML at scrape time."""
 
     def __init__(self, devices: list[int] | None = None, gpm: bool = True, gpm_interval_s: float = 1.0):
-        from sitsprof.pmu.nvml import nvml, text
+        from sitsprof.pmu.errors import PmuError
+        from sitsprof.pmu.nvml import handle, nvml, text
 
-        self.pynvml = nvml()
-        count = self.pynvml.nvmlDeviceGetCount()
-        self.indices = list(range(count)) if devices is None else list(devices)
+        self.pynvml = p = nvml()
+        self.indices = list(range(p.nvmlDeviceGetCount())) if devices is None else list(devices)
         self.hostname = socket.gethostname()
         self.devices = []
         self.pollers: dict[int, _GpmPoller] = {}
-        from sitsprof.pmu.nvml import handle
-
         for index in self.indices:
             h = handle(index)
-            labels = [str(index), text(self.pynvml.nvmlDeviceGetUUID(h)), text(self.pynvml.nvmlDeviceGetPciInfo(h).busId),
-                      f"nvidia{index}", text(self.pynvml.nvmlDeviceGetName(h)), self.hostname]
-            self.devices.append((index, h, labels))
+            labels = [str(index), text(p.nvmlDeviceGetUUID(h)), text(p.nvmlDeviceGetPciInfo(h).busId),
+                      f"nvidia{index}", text(p.nvmlDeviceGetName(h)), self.hostname]
+            self.devices.append((index, _gauge_readers(p, h), labels))
             if gpm:
-                from sitsprof.pmu.errors import PmuError
-
                 try:
                     self.pollers[index] = _GpmPoller(index, gpm_interval_s)
                 except PmuError:
                     pass
 
-    def _read(self, h) -> dict:
-        from sitsprof.pmu.device import event_reasons
-
-        p = self.pynvml
+    def _read(self, readers) -> dict:
+        """Every gauge whose NVML call succeeds; a failed or unreported one is left out of the scrape."""
         values = {}
-        readers = {
-            "DCGM_FI_DEV_SM_CLOCK": lambda: p.nvmlDeviceGetClockInfo(h, p.NVML_CLOCK_SM),
-            "DCGM_FI_DEV_MEM_CLOCK": lambda: p.nvmlDeviceGetClockInfo(h, p.NVML_CLOCK_MEM),
-            "DCGM_FI_DEV_GPU_TEMP": lambda: p.nvmlDeviceGetTemperature(h, p.NVML_TEMPERATURE_GPU),
-            "DCGM_FI_DEV_POWER_USAGE": lambda: p.nvmlDeviceGetPowerUsage(h) / 1000.0,
-            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": lambda: event_reasons(h),
-        }
-        for name, reader in readers.items():
+        for reader in readers:
             try:
-                value = reader()
-            except p.NVMLError:
+                row = reader()
+            except self.pynvml.NVMLError:
                 continue
-            if value is not None:
-                values[name] = float(value)
-        try:
-            util = p.nvmlDeviceGetUtilizationRates(h)
-            values["DCGM_FI_DEV_GPU_UTIL"], values["DCGM_FI_DEV_MEM_COPY_UTIL"] = float(util.gpu), float(util.memory)
-        except p.NVMLError:
-            pass
-        try:
-            memory = p.nvmlDeviceGetMemoryInfo(h)
-            values["DCGM_FI_DEV_FB_USED"] = memory.used / 2**20
-            values["DCGM_FI_DEV_FB_FREE"] = memory.free / 2**20
-        except p.NVMLError:
-            pass
+            values.update((name, float(value)) for name, value in row.items() if value is not None)
         return values
 
     def collect(self):
@@ -121,8 +119,8 @@ class NvmlCollector:
 
         families = {name: GaugeMetricFamily(name, doc, labels=LABELS) for name, doc in _GAUGES}
         gpm_families = {name: GaugeMetricFamily(name, doc, labels=LABELS) for name, _, doc in _GPM_GAUGES}
-        for index, h, labels in self.devices:
-            for name, value in self._read(h).items():
+        for index, readers, labels in self.devices:
+            for name, value in self._read(readers).items():
                 families[name].add_metric(labels, value)
             poller = self.pollers.get(index)
             if poller is not None:
