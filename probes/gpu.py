@@ -8,6 +8,7 @@ Every plan is validated against the device (`plan.validate`) before the first la
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from typing import Callable
 
 import numpy as np
@@ -72,6 +73,7 @@ class Probes:
         self.limits = device_limits(index)
         self.mhz: float | None = None
         self.overhead: dict | None = None
+        self._sm_ids: np.ndarray | None = None  # learnt on first use (sm_ids)
         self._sink = self.cp.zeros(4, dtype=self.cp.uint64)
 
     # -- basics -----------------------------------------------------------------------------
@@ -118,7 +120,7 @@ class Probes:
 
     def sm_ids(self) -> np.ndarray:
         """The distinct %smid values blocks run on (they need not be 0..sm_count-1), sorted."""
-        if getattr(self, "_sm_ids", None) is None:
+        if self._sm_ids is None:
             cp = self.cp
             grid = 4 * max(self.limits.sm_count, 1)
             smids = cp.zeros(grid, dtype=cp.uint32)
@@ -334,17 +336,12 @@ class Probes:
         return {"loaded": table, "loaded_calibration": cal_frame, "peak_gbs": peak}
 
 
+@contextmanager
 def timed_phase(phases: list, name: str, t0_ns: int):
-    """Context helper: append {'name', 'start_s', 'end_s'} around a block, in seconds since `t0_ns`,
-    a `time.monotonic_ns()` reading (the samplers' clock, so phases line up with their `t_ns`)."""
-    from contextlib import contextmanager
-
-    @contextmanager
-    def _cm():
-        start = (time.monotonic_ns() - t0_ns) / 1e9
-        try:
-            yield
-        finally:
-            phases.append({"name": name, "start_s": start, "end_s": (time.monotonic_ns() - t0_ns) / 1e9})
-
-    return _cm()
+    """Append {'name', 'start_s', 'end_s'} around a block, in seconds since `t0_ns`, a
+    `time.monotonic_ns()` reading (the samplers' clock, so phases line up with their `t_ns`)."""
+    start = (time.monotonic_ns() - t0_ns) / 1e9
+    try:
+        yield
+    finally:
+        phases.append({"name": name, "start_s": start, "end_s": (time.monotonic_ns() - t0_ns) / 1e9})
