@@ -149,18 +149,21 @@ class _Prepared:
     def __init__(self, trace: Trace):
         self.trace = trace
         self.block, self.n_blocks = dense_blocks(trace)
-        n = len(self.block)
         self.offsets = _request_offsets(np.ascontiguousarray(trace.request), trace.n_requests)
-        tokens = np.asarray(trace.tokens)
-        if n and tokens.strides[0] == 0:  # one weight for every reference: no array needed
-            self.token_weight = int(tokens[0])
-            self.tokens = np.zeros(0, dtype=np.int32)
-            self.total_tokens = self.token_weight * n
-        else:
-            self.token_weight = None
-            self.tokens = np.ascontiguousarray(tokens, dtype=np.int32)
-            self.total_tokens = int(self.tokens.sum(dtype=np.int64))
-        self.hit = np.zeros(n, dtype=np.uint8)
+        self.weights = token_weights(trace)
+        self.hit = np.zeros(len(self.block), dtype=np.uint8)
+
+
+def token_weights(trace: Trace) -> tuple[int | None, np.ndarray, int]:
+    """(weight, tokens, total tokens) for `summarise`: a column with one value for every
+    reference (zero-stride) is that weight and an empty `tokens`, so no per-reference copy
+    is made; otherwise weight None and the column as contiguous int32."""
+    tokens = np.asarray(trace.tokens)
+    if len(tokens) and tokens.strides[0] == 0:
+        weight = int(tokens[0])
+        return weight, np.zeros(0, dtype=np.int32), weight * len(tokens)
+    tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+    return None, tokens, int(tokens.sum(dtype=np.int64))
 
 
 def _kernel_params(module: ModuleType) -> list[str]:
@@ -193,7 +196,7 @@ def _run(prep: _Prepared, module: ModuleType, capacity: int, params: dict) -> Si
             f"({', '.join(allowed)})"
         ) from None
     seconds = time.perf_counter() - start
-    return _summarise(prep, module.NAME, capacity, hit, int(evictions), int(max_resident), seconds, params)
+    return summarise(prep.offsets, prep.weights, module.NAME, capacity, hit, evictions, max_resident, seconds, params)
 
 
 @njit(cache=True)
@@ -221,25 +224,29 @@ def _request_stats(hit, offsets, tokens):
     return request_hits, prefix_hits, hit_tokens
 
 
-def _summarise(prep, name, capacity, hit, evictions, max_resident, seconds, params) -> SimResult:
+def summarise(offsets, weights, name, capacity, hit, evictions, max_resident, seconds, extra) -> SimResult:
+    """The SimResult of one replay from its per-reference hit flags, in one compiled pass over
+    the requests; `weights` from token_weights. Shared by the engine and the trace-aware
+    policies (sits, semantic-shard) and the cost model, so every path counts alike."""
+    weight, tokens, total_tokens = weights
     n = len(hit)
-    request_hits, prefix_hits, hit_tokens = _request_stats(hit, prep.offsets, prep.tokens)
+    request_hits, prefix_hits, hit_tokens = _request_stats(hit, offsets, tokens)
     hits = int(request_hits.sum(dtype=np.int64))
-    if prep.token_weight is not None:
-        hit_tokens = hits * prep.token_weight
+    if weight is not None:
+        hit_tokens = hits * weight
     return SimResult(
         policy=name,
-        capacity=capacity,
+        capacity=int(capacity),
         references=n,
         hits=hits,
         block_hit_ratio=hits / n if n else 0.0,
-        token_hit_ratio=int(hit_tokens) / prep.total_tokens if prep.total_tokens else 0.0,
+        token_hit_ratio=int(hit_tokens) / total_tokens if total_tokens else 0.0,
         prefix_hit_ratio=int(prefix_hits) / n if n else 0.0,
-        evictions=evictions,
-        max_resident=max_resident,
+        evictions=int(evictions),
+        max_resident=int(max_resident),
         request_hits=request_hits,
-        seconds=seconds,
-        extra=dict(params),
+        seconds=float(seconds),
+        extra=dict(extra),
     )
 
 

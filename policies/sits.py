@@ -459,25 +459,9 @@ def window_signals(block, lo, hi, r0, r1, offsets, hit, tokens, block_tokens, in
 
 def sim_result(trace: Trace, offsets, name, capacity, hit, evictions, max_resident, seconds, extra):
     """The engine's SimResult from per-reference hit flags (the engine's own per-request pass)."""
-    from .engine import SimResult, _request_stats
+    from .engine import summarise, token_weights
 
-    n = len(hit)
-    tokens = np.asarray(trace.tokens)
-    constant = n and tokens.strides[0] == 0  # one weight for every reference: no copy of it
-    request_hits, prefix_hits, hit_tokens = _request_stats(
-        hit, offsets, np.zeros(0, dtype=np.int32) if constant else np.ascontiguousarray(tokens))
-    hits = int(request_hits.sum())
-    if constant:
-        hit_tokens = hits * int(tokens[0])
-    total_tokens = int(tokens.sum())
-    return SimResult(
-        policy=name, capacity=int(capacity), references=n, hits=hits,
-        block_hit_ratio=hits / n if n else 0.0,
-        token_hit_ratio=int(hit_tokens) / total_tokens if total_tokens else 0.0,
-        prefix_hit_ratio=int(prefix_hits) / n if n else 0.0,
-        evictions=int(evictions), max_resident=int(max_resident), request_hits=request_hits,
-        seconds=float(seconds), extra=dict(extra),
-    )
+    return summarise(offsets, token_weights(trace), name, capacity, hit, evictions, max_resident, seconds, extra)
 
 
 def run(trace: Trace, capacity: int, offsets=None, **kwargs):
