@@ -116,6 +116,16 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         pass
 
 
+def _end(child: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM, then SIGKILL if the workload has not exited within `grace_s`."""
+    child.terminate()
+    try:
+        child.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
 def _run_workload(command, duration_s, grace_s: float = 5.0) -> dict:
     """Run `command` (or just wait) for at most `duration_s`; returns what happened."""
     started = time.monotonic()
@@ -131,20 +141,11 @@ def _run_workload(command, duration_s, grace_s: float = 5.0) -> dict:
         child.wait(timeout=duration_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-        child.terminate()
-        try:
-            child.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        _end(child, grace_s)
     except BaseException:
         # interrupted (Ctrl-C, SIGTERM): take the workload down with us
         if child.poll() is None:
-            child.terminate()
-            try:
-                child.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                child.kill()
+            _end(child, grace_s)
         raise
     return {"exit_code": child.returncode, "timed_out": timed_out, "seconds": time.monotonic() - started, "pid": child.pid}
 
