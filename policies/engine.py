@@ -18,7 +18,7 @@ import inspect
 import math
 import numbers
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -280,7 +280,3 @@ def simulate_many(
                 progress(len(results), total, f"{module.NAME} @ {capacity}")
     return results
 
-
-def results_table(results: Sequence[SimResult]) -> list[dict]:
-    """One plain dict per result (no per-request arrays), ready for JSON, CSV or a table."""
-    return [r.to_dict() for r in results]
