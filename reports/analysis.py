@@ -134,6 +134,13 @@ class RunAnalysis:
     def to_ns(self, cycles: float) -> float:
         return float("nan") if not self.sm_mhz else cycles * 1e3 / self.sm_mhz
 
+    def load_fractions(self, access: str = "retouch") -> dict:
+        """{load level: achieved bandwidth fraction} of one loaded-latency access ({} without the probe)."""
+        if self.loaded is None:
+            return {}
+        sub = self.loaded[self.loaded["access"] == access]
+        return dict(zip(sub["level"], sub["bandwidth_fraction"]))
+
 
 # -- grouping -------------------------------------------------------------------------------
 def sorted_groups(keys: np.ndarray, values: np.ndarray) -> list[tuple[Any, np.ndarray]]:

@@ -183,10 +183,7 @@ def calibration_from_run(run, allow_incomplete: bool = False, name: str | None =
     if isinstance(mem, (int, float)) and mem > 0:
         calibration["clocks"]["memory_mhz"] = float(mem)
     if res.replacement and res.replacement_baseline is not None:
-        frac = {}
-        if res.loaded is not None:
-            sub = res.loaded[res.loaded["access"] == "retouch"]
-            frac = dict(zip(sub["level"], sub["bandwidth_fraction"]))
+        frac = res.load_fractions("retouch")
         calibration["replacement_delay"] = {
             "unit": "cycles", "baseline": res.replacement_baseline[0],
             "baseline_cycles": float(res.replacement_baseline[1]),

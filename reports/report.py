@@ -224,10 +224,7 @@ def replacement_figures(run: RunAnalysis) -> tuple[list[Figure], list[Table]]:
     if not run.replacement:
         return [], []
     levels = sorted(run.replacement)
-    frac = {}
-    if run.loaded is not None:
-        sub = run.loaded[run.loaded["access"] == "retouch"]
-        frac = dict(zip(sub["level"], sub["bandwidth_fraction"]))
+    frac = run.load_fractions("retouch")
     data, rows = [], []
     for i, level in enumerate(levels):
         d = run.replacement[level]
