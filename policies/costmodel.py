@@ -274,10 +274,11 @@ def latency_summary(seconds: np.ndarray, overwrite: bool = False) -> dict:
 
 
 def simulate_costed(trace: Trace, policy, capacity, calibration=None, model: str = DEFAULT_MODEL,
-                    miss: str = "recompute", **params):
+                    miss: str = "recompute", offsets=None, **params):
     """Replay one policy and price it: a SimResult whose ``extra`` carries ``cost`` (TTFT
     percentiles, tokens/s) and ``tenancy`` (CTCCI). Trace-aware policies (those with a
-    ``run`` function: sits, semantic-shard) get the calibration and their own parameters."""
+    ``run`` function: sits, semantic-shard) get the calibration and their own parameters.
+    `offsets`: the trace's request offsets when the caller already has them."""
     import time as _time
 
     from .engine import _module, check_capacity
@@ -287,8 +288,8 @@ def simulate_costed(trace: Trace, policy, capacity, calibration=None, model: str
     module = _module(policy)
     capacity = check_capacity(capacity)
     if hasattr(module, "run"):
-        return module.run(trace, capacity, calibration=calibration, model=model, miss=miss, **params)
-    offsets = request_offsets(trace)
+        return module.run(trace, capacity, calibration=calibration, model=model, miss=miss, offsets=offsets, **params)
+    offsets = request_offsets(trace) if offsets is None else offsets
     hit = np.zeros(len(trace), dtype=np.uint8)
     block = np.ascontiguousarray(trace.block, dtype=np.int32)
     start = _time.perf_counter()
@@ -296,7 +297,7 @@ def simulate_costed(trace: Trace, policy, capacity, calibration=None, model: str
                                             **params)
     seconds = _time.perf_counter() - start
     cost = CostModel(calibration, model=model, miss=miss)
-    extra = dict(params, cost=cost.summarize(trace, hit), tenancy=ctcci(trace, hit))
+    extra = dict(params, cost=cost.summarize(trace, hit, offsets=offsets), tenancy=ctcci(trace, hit))
     return sim_result(trace, offsets, module.NAME, capacity, hit, evictions, max_resident, seconds, extra)
 
 
@@ -306,6 +307,10 @@ def simulate_many_costed(trace: Trace, policies, capacities, progress=None, para
     from .engine import _module
 
     total = len(policies) * len(capacities)
+    if total:  # read the calibration file and count the requests once, not once per run
+        calibration = cost.pop("calibration", None)
+        cost["calibration"] = calibration if isinstance(calibration, dict) else load_calibration(calibration)
+        cost["offsets"] = request_offsets(trace)
     results = []
     for policy in policies:
         own = (params or {}).get(_module(policy).NAME, {})
