@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 import click
 
@@ -26,15 +25,19 @@ COMMAND_MODULES: list[str] = [
 ]
 
 
-def _version() -> str:
-    try:
-        return version("sitsprof")
-    except PackageNotFoundError:  # running from a source tree that is not installed
-        return "0+unknown"
+def _show_version(ctx: click.Context, _param, value: bool) -> None:
+    """--version, resolved only when asked: importlib.metadata costs ~50 ms of every start-up."""
+    if not value or ctx.resilient_parsing:
+        return
+    from sitsprof.collectors.rundir import tool_version
+
+    click.echo(f"sitsprof, version {tool_version()}")
+    ctx.exit()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), "--version", prog_name="sitsprof")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
+              help="Show the version and exit.")
 @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
