@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from .policy import (
+    fraction_capacities,
     parse_policies,
     result_rows,
     results_table,
@@ -42,7 +43,7 @@ def demo(out_dir, seed, duration_s, policy_text) -> None:
     started = time.perf_counter()
     requests = generator.generate_requests(seed=seed, duration_s=duration_s)
     trace = generator.requests_to_trace(requests, source=f"generator(seed={seed}, duration_s={duration_s:g})")
-    capacities = sorted({max(1, round(f * trace.n_blocks)) for f in DEMO_FRACTIONS})
+    capacities = fraction_capacities(trace.n_blocks, DEMO_FRACTIONS)
     policies = parse_policies(policy_text)
     console.print(
         f"three-stack workload (seed {seed}): {len(requests):,} requests, {len(trace):,} block "

@@ -46,6 +46,11 @@ def parse_capacities(text: str, n_blocks: int) -> list[int]:
     return list(dict.fromkeys(caps))  # keep order, drop repeats
 
 
+def fraction_capacities(n_blocks: int, fractions) -> list[int]:
+    """Capacities at these fractions of the trace's distinct blocks, at least 1, sorted, no repeats."""
+    return sorted({max(1, round(f * n_blocks)) for f in fractions})
+
+
 def parse_policies(text: str) -> list[str]:
     """`lru,arc` or `all` -> registered policy names (UnknownPolicyError names the choices)."""
     from sitsprof.policies.registry import get_policy, policy_names

@@ -126,12 +126,12 @@ def claims_cmd(mooncake_path, seed, calibration, as_json):
     from sitsprof.policies import generator
     from sitsprof.policies.tenancy import tenant_hit_ratios
 
-    from .policy import load_trace, parse_policies, stdout_console
+    from .policy import fraction_capacities, load_trace, parse_policies, stdout_console
 
     workloads = []
     requests = generator.generate_requests(seed=seed)
     trace = generator.requests_to_trace(requests, source=f"generator(seed={seed})")
-    workloads.append(("three-stack", trace, sorted({max(1, round(f * trace.n_blocks)) for f in (0.01, 0.1, 0.5)})))
+    workloads.append(("three-stack", trace, fraction_capacities(trace.n_blocks, (0.01, 0.1, 0.5))))
     if mooncake_path:
         workloads.append(("mooncake", load_trace(mooncake_path, None, False)[0], [1000, 10000, 50000]))
     document = []
