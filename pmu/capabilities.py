@@ -17,13 +17,12 @@ def clock_lock_capability() -> dict:
 
 def _nvml_groups_readable(index: int) -> dict[str, str | None]:
     """group -> None if readable, else the reason."""
-    from sitsprof.collectors.nvml_sampler import _group_readers
-    from sitsprof.pmu.nvml import handle, nvml
+    from sitsprof.pmu.nvml import group_readers, handle, nvml
 
     pynvml = nvml()
     h = handle(index)
     out = {}
-    for group, reader in zip(NVML_GROUPS, _group_readers(pynvml, h, NVML_GROUPS)):
+    for group, reader in zip(NVML_GROUPS, group_readers(pynvml, h, NVML_GROUPS)):
         try:
             row = reader()
             missing = [k for k, v in row.items() if v is None]

@@ -97,3 +97,48 @@ def optional(fn, *args, default=None):
 
 def text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+_FI_POWER_INSTANT, _FI_TOTAL_ENERGY = 186, 83  # NVML_FI_DEV_POWER_INSTANT, NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+
+
+def group_readers(pynvml, h, groups):
+    """One function per counter group (`pmu.catalog`), each one NVML call returning its columns.
+
+    Built once per GPU so that the sampler loop does no attribute lookups."""
+    clock_sm, clock_mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM
+    get_clock = pynvml.nvmlDeviceGetClockInfo
+    reasons_fn = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+
+    def clocks():
+        return {"sm_clock_mhz": get_clock(h, clock_sm), "memory_clock_mhz": get_clock(h, clock_mem)}
+
+    def power():
+        return {"power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0}
+
+    def temperature():
+        return {"temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)}
+
+    def utilization():
+        util = pynvml.nvmlDeviceGetUtilizationRates(h)
+        return {"gpu_util_pct": util.gpu, "memory_util_pct": util.memory}
+
+    def event_reasons():
+        return {"clock_event_reasons": int(reasons_fn(h))}
+
+    def memory():
+        return {"memory_used_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).used)}
+
+    def fields():
+        values = pynvml.nvmlDeviceGetFieldValues(h, [_FI_POWER_INSTANT, _FI_TOTAL_ENERGY])
+        out = {"power_instant_w": None, "energy_mj": None}
+        if values[0].nvmlReturn == pynvml.NVML_SUCCESS:
+            out["power_instant_w"] = values[0].value.uiVal / 1000.0
+        if values[1].nvmlReturn == pynvml.NVML_SUCCESS:
+            out["energy_mj"] = int(values[1].value.ullVal)
+        return out
+
+    table = {"clocks": clocks, "power": power, "temperature": temperature, "utilization": utilization,
+             "event_reasons": event_reasons, "memory": memory, "fields": fields}
+    return [table[g] for g in groups]
