@@ -15,21 +15,22 @@ def clock_lock_capability() -> dict:
                       "--clocks none to record clock drift instead"}
 
 
-def _nvml_groups_readable(index: int) -> dict[str, str | None]:
-    """group -> None if readable, else the reason."""
+def _nvml_problems(index: int) -> dict[str, str]:
+    """NVML counter name -> why it does not read on GPU `index` (counters that read are absent)."""
     from sitsprof.pmu.nvml import group_readers, handle, nvml
 
     pynvml = nvml()
     h = handle(index)
-    out = {}
+    problems = {}
     for group, reader in zip(NVML_GROUPS, group_readers(pynvml, h, NVML_GROUPS)):
         try:
             row = reader()
-            missing = [k for k, v in row.items() if v is None]
-            out[group] = f"not reported: {', '.join(missing)}" if missing else None
         except pynvml.NVMLError as exc:
-            out[group] = f"NVML: {exc}"
-    return out
+            problems.update((c.name, f"NVML: {exc}") for c in COUNTERS if c.group == group)
+            continue
+        missing = [k for k, v in row.items() if v is None]
+        problems.update((k, f"not reported: {', '.join(missing)}") for k in missing)
+    return problems
 
 
 def capabilities(index: int = 0) -> dict:
@@ -42,15 +43,14 @@ def capabilities(index: int = 0) -> dict:
     gpm_ok, gpm_reason = gpm_support(index)
     cuda_version = optional(pynvml.nvmlSystemGetCudaDriverVersion)
     cupti_ok, cupti_reason = availability(cuda_version)
-    groups = _nvml_groups_readable(index)
+    nvml_problems = _nvml_problems(index)
     counters = []
     for counter in COUNTERS:
         if counter.unavailable:
             readable, reason = False, counter.unavailable
         elif counter.backend in ("nvml", "nvml_field"):
-            problem = groups.get(counter.group)
-            readable = problem is None or (problem.startswith("not reported") and counter.name not in problem)
-            reason = None if readable else problem
+            reason = nvml_problems.get(counter.name)
+            readable = reason is None
         elif counter.backend == "gpm":
             readable, reason = gpm_ok, gpm_reason
         else:
