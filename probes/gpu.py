@@ -16,13 +16,14 @@ import numpy as np
 from sitsprof.pmu.errors import NoGpuError
 
 from . import analysis
-from .kernels import load_module
+from .kernels import kernel_constants, load_module
 from .plan import (LINE_BYTES, BandwidthPlan, ChaseSweep, DeviceLimits, LatencyPlan, LoadedPlan, StreamConfig,
                    TlbPlan)
 
 Progress = Callable[[int], None]  # advance(n) callback
 U64_MAX = np.uint64(2**64 - 1)
-_CTL_READY, _CTL_PROBE_SM, _CTL_STARTED, _CTL_LEFT = 1, 0, 3, 4  # kernels/loaded.cu
+_CTL_READY, _CTL_PROBE_SM, _CTL_STARTED, _CTL_LEFT = (kernel_constants()[k] for k in  # kernels/loaded.cu
+                                                       ("CTL_READY", "CTL_PROBE_SM", "CTL_STARTED", "CTL_LEFT"))
 READY_TIMEOUT_NS = 50_000_000
 
 

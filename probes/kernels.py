@@ -34,6 +34,7 @@ KERNEL_FILES: dict[str, tuple[str, ...]] = {
 # No -std: C++17 is the default of nvcc and NVRTC 13, and CuPy may add its own -std.
 NVCC_OPTIONS = ("-lineinfo",)
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
+_DEFINE = re.compile(r"^\s*#\s*define\s+(\w+)\s+(\d+)[uUlL]*\s*$", re.MULTILINE)
 
 
 def kernel_source(name: str) -> str:
@@ -55,6 +56,23 @@ def kernel_source(name: str) -> str:
         return _INCLUDE.sub(include, text)
 
     return expand(path.read_text())
+
+
+@lru_cache(maxsize=None)
+def kernel_constants() -> dict[str, int]:
+    """The integer `#define`s of kernels/*.cu and *.cuh, by name.
+
+    The host sizes buffers and reads control words by these numbers (a saturator buffer must be
+    a multiple of threads x STREAM_UNROLL, or the kernel reads past it), so it takes them from
+    the kernel text rather than from copies that could drift. A name defined twice with two
+    values is refused.
+    """
+    out: dict[str, int] = {}
+    for path in sorted(KERNEL_DIR.glob("*.cu*")):
+        for name, value in _DEFINE.findall(path.read_text()):
+            if out.setdefault(name, int(value)) != int(value):
+                raise CompileError(f"{name} is defined as {out[name]} and as {value} in kernels/")
+    return out
 
 
 @dataclass

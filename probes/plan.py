@@ -12,15 +12,15 @@ import re
 from dataclasses import dataclass, field, replace
 
 from .errors import PlanError
+from .kernels import kernel_constants
 
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
 LINE_BYTES = 128
 VEC_BYTES = 16            # one uint4 per thread per access (kernels/common.cuh)
-STREAM_UNROLL = 4         # STREAM_UNROLL in kernels/common.cuh
-CHASE_CHUNK = 1024        # CHASE_CHUNK in kernels/common.cuh
-CLAIM_STEPS = 16          # CLAIM_STEPS in kernels/bandwidth.cu
+STREAM_UNROLL = kernel_constants()["STREAM_UNROLL"]  # kernels/common.cuh
+CLAIM_STEPS = kernel_constants()["CLAIM_STEPS"]      # kernels/bandwidth.cu
 MAX_THREADS_PER_SM = 2048
 MAX_BLOCKS_PER_SM = 32    # compute capability 7.0 .. 9.0
 #: TLB sweep skew: 17 lines, odd, so link k's line inside its page is 17 k mod (stride/128).
