@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 
 from sitsprof.collectors.errors import CollectorError, SamplerError
 from sitsprof.collectors.rundir import RunDirectory
@@ -167,18 +166,6 @@ def build_samplers(device_index: int = 0, nvml_interval_s: float = 0.01, gpm: bo
     return samplers
 
 
-@contextmanager
-def _meta_on_exit(run: RunDirectory, key: str):
-    """On an exception, store `run.clock_session` (restored or not) before the run is marked."""
-    try:
-        yield
-    except BaseException:
-        session = getattr(run, "clock_session", None)
-        if session is not None:
-            run.update_meta(**{key: session.to_dict()})
-        raise
-
-
 def record(command=None, duration_s: float | None = None, parent="runs", name: str | None = None,
            device_index: int = 0, clocks: str = "none", sm="max", memory=None,
            nvml_interval_s: float = 0.01, nvml_groups=None, gpm: bool = True, cupti: bool = False,
@@ -199,22 +186,27 @@ def record(command=None, duration_s: float | None = None, parent="runs", name: s
         "workload": {"command": command, "duration_limit_s": duration_s},
     })
     result: dict = {}
+    session = None
     with terminate_raises(), run:
-        with _meta_on_exit(run, "clocks"), locked_clocks(device_index, sm=sm, memory=memory, mode=clocks) as session:
-            run.clock_session = session
-            run.update_meta(clocks=session.to_dict(), clock_sync=clock_sync(device_index if cupti else None))
-            samplers = build_samplers(device_index, nvml_interval_s, gpm, cupti=cupti,
-                                      cupti_interval_ns=cupti_interval_ns, nvml_groups=nvml_groups)
-            recorder = Recorder(run, samplers, flush_every_s)
-            optional = tuple(n for n in ("gpm", "cupti_pm") if n not in require)
-            recorder.start(optional=optional)
-            if on_start is not None:
-                on_start(run)
-            try:
-                result = _run_workload(command, duration_s)
-            finally:
-                stats = recorder.stop()
-                run.update_meta(samplers=stats)
-        # after the lock is released (even on an exception): what was restored, clocks after
-        run.update_meta(clocks=session.to_dict(), workload={**run.meta["workload"], **result})
+        try:
+            with locked_clocks(device_index, sm=sm, memory=memory, mode=clocks) as session:
+                run.update_meta(clocks=session.to_dict(), clock_sync=clock_sync(device_index if cupti else None))
+                samplers = build_samplers(device_index, nvml_interval_s, gpm, cupti=cupti,
+                                          cupti_interval_ns=cupti_interval_ns, nvml_groups=nvml_groups)
+                recorder = Recorder(run, samplers, flush_every_s)
+                optional = tuple(n for n in ("gpm", "cupti_pm") if n not in require)
+                recorder.start(optional=optional)
+                if on_start is not None:
+                    on_start(run)
+                try:
+                    result = _run_workload(command, duration_s)
+                finally:
+                    stats = recorder.stop()
+                    run.update_meta(samplers=stats)
+        finally:
+            # after the lock is released, even on an exception and before the run is marked:
+            # what was restored, clocks after
+            if session is not None:
+                run.update_meta(clocks=session.to_dict())
+        run.update_meta(workload={**run.meta["workload"], **result})
     return run, result
