@@ -220,26 +220,23 @@ def _tlb(res: RunAnalysis, frame) -> None:
 
     stride_col, fp_col, lat_col = column(frame, "stride"), column(frame, "footprint"), column(frame, "latency")
     rows = []
-    samples = {}
     for stride, sub in frame.groupby(stride_col, sort=True):
         groups = sorted_groups(sub[fp_col].to_numpy(), sub[lat_col].to_numpy())
-        samples[int(stride)] = groups
-        for fp, srt in groups:
-            rows.append({"stride_bytes": int(stride), "footprint_bytes": int(fp), **_quantile_row(srt)})
-    res.tlb = pd.DataFrame(rows)
-    for stride, sub in res.tlb.groupby("stride_bytes", sort=True):
-        steps = detect_steps(sub["footprint_bytes"].to_numpy(), sub["p50"].to_numpy())
+        per_fp = [{"stride_bytes": int(stride), "footprint_bytes": int(fp), **_quantile_row(srt)} for fp, srt in groups]
+        rows.extend(per_fp)
+        steps = detect_steps(np.array([r["footprint_bytes"] for r in per_fp], dtype=np.int64),
+                             np.array([r["p50"] for r in per_fp], dtype=np.float64))
         for k, step in enumerate(steps):
             res.tlb_steps.append({"stride_bytes": int(stride), **step.to_dict()})
             if k == 0 and res.tlb_miss is None:
                 # The plateau after the first step (the sweep's few links stay in L2, so the step is
                 # address translation), at the smallest stride showing one.
                 end = steps[1].reach_bytes if len(steps) > 1 else None
-                parts = [v for fp, v in samples[int(stride)]
-                         if fp >= step.step_at_bytes and (end is None or fp <= end)]
+                parts = [v for fp, v in groups if fp >= step.step_at_bytes and (end is None or fp <= end)]
                 res.tlb_miss = (f"TLB sweep, stride {int(stride)} bytes, footprints from {step.step_at_bytes} bytes "
                                 "(after the first latency step: an L2-resident line reached through a TLB miss)",
                                 Distribution.of(np.sort(np.concatenate(parts), kind="stable"), presorted=True))
+    res.tlb = pd.DataFrame(rows)
 
 
 def _bandwidth(res: RunAnalysis, frame) -> None:
