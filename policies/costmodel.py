@@ -274,43 +274,37 @@ def latency_summary(seconds: np.ndarray, overwrite: bool = False) -> dict:
 
 
 def simulate_costed(trace: Trace, policy, capacity, calibration=None, model: str = DEFAULT_MODEL,
-                    miss: str = "recompute", offsets=None, **params):
+                    miss: str = "recompute", prepared=None, **params):
     """Replay one policy and price it: a SimResult whose ``extra`` carries ``cost`` (TTFT
-    percentiles, tokens/s) and ``tenancy`` (CTCCI). Trace-aware policies (those with a
+    percentiles, tokens/s) and ``tenancy`` (CTCCI). Classic policies replay through the
+    engine's own path (parameter checks, timing, summary); trace-aware policies (those with a
     ``run`` function: sits, semantic-shard) get the calibration and their own parameters.
-    `offsets`: the trace's request offsets when the caller already has them."""
-    import time as _time
-
-    from .engine import _module, check_capacity
-    from .sits import sim_result
+    `prepared`: the engine's per-trace arrays when the caller replays the trace many times."""
+    from .engine import _module, _Prepared, _run, check_capacity
     from .tenancy import ctcci
 
     module = _module(policy)
     capacity = check_capacity(capacity)
     if hasattr(module, "run"):
+        offsets = None if prepared is None else prepared.offsets
         return module.run(trace, capacity, calibration=calibration, model=model, miss=miss, offsets=offsets, **params)
-    offsets = request_offsets(trace) if offsets is None else offsets
-    hit = np.zeros(len(trace), dtype=np.uint8)
-    block = np.ascontiguousarray(trace.block, dtype=np.int32)
-    start = _time.perf_counter()
-    evictions, max_resident = module.KERNEL(block, offsets, np.int64(trace.n_blocks), np.int64(capacity), hit,
-                                            **params)
-    seconds = _time.perf_counter() - start
+    prep = _Prepared(trace) if prepared is None else prepared
+    result = _run(prep, module, capacity, params)
     cost = CostModel(calibration, model=model, miss=miss)
-    extra = dict(params, cost=cost.summarize(trace, hit, offsets=offsets), tenancy=ctcci(trace, hit))
-    return sim_result(trace, offsets, module.NAME, capacity, hit, evictions, max_resident, seconds, extra)
+    result.extra.update(cost=cost.summarize(trace, prep.hit, offsets=prep.offsets), tenancy=ctcci(trace, prep.hit))
+    return result
 
 
 def simulate_many_costed(trace: Trace, policies, capacities, progress=None, params=None, **cost) -> list:
     """simulate_costed for every policy at every capacity (policy-major), `progress(done, total, label)`;
     `params`: {policy name: {parameter: value}} (see params.bind)."""
-    from .engine import _module
+    from .engine import _module, _Prepared
 
     total = len(policies) * len(capacities)
-    if total:  # read the calibration file and count the requests once, not once per run
+    if total:  # read the calibration file and prepare the trace once, not once per run
         calibration = cost.pop("calibration", None)
         cost["calibration"] = calibration if isinstance(calibration, dict) else load_calibration(calibration)
-        cost["offsets"] = request_offsets(trace)
+        cost["prepared"] = _Prepared(trace)
     results = []
     for policy in policies:
         own = (params or {}).get(_module(policy).NAME, {})
