@@ -11,6 +11,7 @@ runs on it; without root it needs profiling permission (NVreg_RestrictProfilingT
 from __future__ import annotations
 
 from sitsprof.pmu.errors import NoGpuError, UnsupportedError
+from sitsprof.pmu.nvml import cuda_version_text
 
 MIN_VERSION = (13, 3)
 DEFAULT_INTERVAL_NS = 10_000
@@ -39,8 +40,8 @@ def availability(cuda_driver_version: int | None = None) -> tuple[bool, str]:
     if importlib.util.find_spec("cupti") is None:
         return False, "cupti-python is installed but `cupti` cannot be imported"
     if cuda_driver_version is not None and cuda_driver_version < 13000:
-        major, minor = cuda_driver_version // 1000, cuda_driver_version % 1000 // 10
-        return False, f"the driver supports CUDA {major}.{minor}; cupti-python 13 needs a CUDA 13 driver (580+)"
+        return False, (f"the driver supports CUDA {cuda_version_text(cuda_driver_version)}; "
+                       "cupti-python 13 needs a CUDA 13 driver (580+)")
     return True, f"cupti-python {installed}"
 
 

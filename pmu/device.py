@@ -6,7 +6,7 @@ core count and a small table of known parts; `sources` says which.
 """
 from __future__ import annotations
 
-from sitsprof.pmu.nvml import handle, nvml, optional, text
+from sitsprof.pmu.nvml import cuda_version_text, handle, nvml, optional, text
 
 # nvmlClocksEventReason* bits (nvml.h)
 EVENT_REASONS = {
@@ -141,7 +141,7 @@ def device_facts(index: int = 0, cuda: bool = True) -> dict:
         "memory_used_bytes": int(memory.used),
         "bus_width_bits": optional(pynvml.nvmlDeviceGetMemoryBusWidth, h),
         "driver": text(pynvml.nvmlSystemGetDriverVersion()),
-        "cuda": f"{cuda_version // 1000}.{cuda_version % 1000 // 10}" if cuda_version else None,
+        "cuda": cuda_version_text(cuda_version) if cuda_version else None,
         "clocks": clock_facts(h),
         "clock_event_reasons": event_reason_list(h),
         "sources": sources,

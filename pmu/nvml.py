@@ -99,6 +99,11 @@ def text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def cuda_version_text(version: int) -> str:
+    """`nvmlSystemGetCudaDriverVersion`'s 1000 * major + 10 * minor as "major.minor"."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
 _FI_POWER_INSTANT, _FI_TOTAL_ENERGY = 186, 83  # NVML_FI_DEV_POWER_INSTANT, NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
 
 
