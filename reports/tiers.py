@@ -104,8 +104,9 @@ def _segment_costs(y: np.ndarray):
     return cost
 
 
-def optimal_partition(y: np.ndarray, max_segments: int) -> list[list[tuple[int, int]]]:
-    """For k = 1..max_segments, the least-squares best split of y into k constant segments."""
+def optimal_partition(y: np.ndarray, max_segments: int) -> list[tuple[list[tuple[int, int]], float]]:
+    """For k = 1..max_segments, the least-squares best split of y into k constant segments,
+    with its total squared deviation: [(bounds, cost)]."""
     n = y.size
     cost = _segment_costs(y)
     kmax = max(1, min(max_segments, n))
@@ -125,13 +126,8 @@ def optimal_partition(y: np.ndarray, max_segments: int) -> list[list[tuple[int, 
             i = int(arg[kk, j])
             bounds.append((i, j))
             j = i
-        out.append(bounds[::-1])
+        out.append((bounds[::-1], float(best[k, n])))
     return out
-
-
-def _total_cost(y, bounds) -> float:
-    cost = _segment_costs(y)
-    return float(sum(cost(i, j) for i, j in bounds))
 
 
 def segment(footprints: Sequence[int], latencies, min_ratio: float = 1.12, max_segments: int = 16,
@@ -159,7 +155,7 @@ def segment(footprints: Sequence[int], latencies, min_ratio: float = 1.12, max_s
         penalty = max(3.0 * noise**2 * np.log(max(y.size, 2)), (np.log(min_ratio) / 4.0) ** 2)
     parts = optimal_partition(y, max_segments)
     # penalised cost: each segment costs `penalty` (a later k may pay off after an unhelpful one)
-    chosen = min(parts, key=lambda bounds: _total_cost(y, bounds) + penalty * len(bounds))
+    chosen, _ = min(parts, key=lambda part: part[1] + penalty * len(part[0]))
     return _finish(fp, med, chosen, min_ratio, noise)
 
 
