@@ -299,33 +299,28 @@ def _raise_terminated(signum, frame):
 
 
 @contextmanager
+def _signal_handlers(handler, signals):
+    """`handler` for `signals` for the duration, then the previous handlers again (main thread only:
+    Python cannot install handlers elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def terminate_raises():
     """Turn SIGTERM and SIGHUP into an exception for the duration (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        previous[sig] = signal.signal(sig, _raise_terminated)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    return _signal_handlers(_raise_terminated, (signal.SIGTERM, signal.SIGHUP))
 
 
-@contextmanager
 def _signals_ignored():
     """Hold off SIGINT/SIGTERM/SIGHUP while restoring, so a second Ctrl-C cannot cut it short."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    return _signal_handlers(signal.SIG_IGN, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
 
 
 def _record(index: int, uuid: str, resolved: dict, before: dict, persistent: bool) -> dict:
