@@ -166,14 +166,16 @@ def token_weights(trace: Trace) -> tuple[int | None, np.ndarray, int]:
     return None, tokens, int(tokens.sum(dtype=np.int64))
 
 
-def _kernel_params(module: ModuleType) -> list[str]:
+def kernel_params(module: ModuleType) -> dict:
+    """Name -> default of the trailing parameters of a policy's KERNEL: those after the five
+    the kernel contract fixes (block, req_offsets, n_blocks, capacity, hit)."""
     kernel = module.KERNEL
-    func = getattr(kernel, "py_func", kernel)
-    return list(inspect.signature(func).parameters)[5:]
+    parameters = inspect.signature(getattr(kernel, "py_func", kernel)).parameters
+    return {name: p.default for name, p in list(parameters.items())[5:]}
 
 
 def _run(prep: _Prepared, module: ModuleType, capacity: int, params: dict) -> SimResult:
-    allowed = _kernel_params(module)
+    allowed = list(kernel_params(module))
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise PolicyEngineError(

@@ -26,13 +26,13 @@ def accepted(module: ModuleType) -> dict:
     """Parameter name -> default for one policy module."""
     if hasattr(module, "PARAMS"):
         return dict(module.PARAMS)
-    func = module.run if hasattr(module, "run") else getattr(module.KERNEL, "py_func", module.KERNEL)
-    sig = inspect.signature(func)
-    names = list(sig.parameters)
     if not hasattr(module, "run"):
-        names = names[5:]  # after block, req_offsets, n_blocks, capacity, hit
-    return {n: sig.parameters[n].default for n in names
-            if n not in _NOT_PARAMS and sig.parameters[n].kind is not inspect.Parameter.VAR_KEYWORD}
+        from .engine import kernel_params
+
+        return kernel_params(module)
+    parameters = inspect.signature(module.run).parameters
+    return {n: p.default for n, p in parameters.items()
+            if n not in _NOT_PARAMS and p.kind is not inspect.Parameter.VAR_KEYWORD}
 
 
 def parse_duration(text) -> float:
