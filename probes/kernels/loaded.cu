@@ -59,6 +59,9 @@ __device__ void saturate(const uint4* __restrict__ src, uint4* __restrict__ dst,
         u64 t0 = global_ns();
         while (ctl[CTL_READY] == 0u && global_ns() - t0 < READY_TIMEOUT_NS) {
         }
+        // Pairs with the probe's fence between publishing its SM and setting READY
+        // (message passing): without it the SM id read below may be older than READY.
+        __threadfence();
         u32 sm = sm_id();
         u32 leave = sm == ctl[CTL_PROBE_SM];
         if (leave || sm < below_sm) atomicAdd((u32*)&ctl[leave ? CTL_LEFT : CTL_STARTED], 1u);
