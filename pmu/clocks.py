@@ -206,17 +206,25 @@ def _nvml_errors(what: str):
 
 
 def apply_clocks(index: int, resolved: dict) -> None:
-    """Lock the clocks in `resolved` (from `resolve`). Callers record state first."""
+    """Lock the clocks in `resolved` (from `resolve`), all or nothing: when the SM lock fails
+    after the memory lock took, the memory lock is reset before the error goes up, so a
+    caller that sees an exception knows nothing is left changed. Callers record state first."""
     pynvml = nvml()
     h = handle(index)
-    if resolved.get("memory") is not None:
+    memory = resolved.get("memory")
+    if memory is not None:
         with _nvml_errors("locking the memory clock"):
-            pynvml.nvmlDeviceSetMemoryLockedClocks(h, resolved["memory"], resolved["memory"])
+            pynvml.nvmlDeviceSetMemoryLockedClocks(h, memory, memory)
     if resolved.get("sm") is not None:
         sm = resolved["sm"]
         low = high = pynvml.NVML_CLOCK_LIMIT_ID_TDP if sm == TDP else sm
-        with _nvml_errors("locking the SM clock"):
-            pynvml.nvmlDeviceSetGpuLockedClocks(h, low, high)
+        try:
+            with _nvml_errors("locking the SM clock"):
+                pynvml.nvmlDeviceSetGpuLockedClocks(h, low, high)
+        except BaseException:
+            if memory is not None:
+                reset_device(index, sm=False, memory=True)
+            raise
 
 
 def reset_device(index: int, sm: bool = True, memory: bool = True) -> None:
@@ -392,19 +400,16 @@ def locked_clocks(device_index: int = 0, sm="max", memory=None, mode: str = "loc
     _check_not_held(path, device_index)
     with terminate_raises():
         _write_state(path, _record(device_index, uuid, session.resolved, session.before, persistent=False))
-        denied = False
+        changed = False
         try:
-            try:
-                apply_clocks(device_index, session.resolved)
-            except ClockPermissionError:
-                denied = True  # NVML refused before changing anything
-                raise
+            apply_clocks(device_index, session.resolved)  # all or nothing
+            changed = True
             session.applied = read_clocks(device_index)
             yield session
         finally:
             with _signals_ignored():
                 try:
-                    if not denied:
+                    if changed:
                         reset_device(device_index, sm=session.resolved["sm"] is not None,
                                      memory=session.resolved["memory"] is not None)
                         session.restored = True

@@ -369,6 +369,8 @@ class FakeNvmlLib:
 
         @device_entry("nvmlDeviceSetGpuLockedClocks", c_uint, c_uint)
         def set_gpu(dev, low, high):
+            if not dev.get("gpu_lock_supported", True):
+                return NOT_SUPPORTED  # nvml.h: "if the device does not support this feature"
             return set_locked(dev, "locked_gpu", low, high, dev["supported_graphics"])
 
         @device_entry("nvmlDeviceResetGpuLockedClocks")

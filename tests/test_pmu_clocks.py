@@ -60,6 +60,22 @@ def test_permission_denied_explains_the_fix(fake_gpu, tmp_path):
     assert not list((tmp_path / "state").glob("clocks-*.json"))
 
 
+def test_failed_sm_lock_undoes_the_memory_lock(fake_gpu, tmp_path):
+    """Memory locks first; when the SM lock is then refused nothing may stay changed."""
+    _dev(fake_gpu)["gpu_lock_supported"] = False
+    with pytest.raises(Exception, match="locking the SM clock"):
+        with clocks.locked_clocks(0, sm="max", memory="max"):
+            pytest.fail("the block must not run when locking failed")
+    assert fake_gpu.calls["nvmlDeviceSetMemoryLockedClocks"] == 1
+    assert _dev(fake_gpu)["locked_mem"] is None
+    assert "nvmlDeviceResetGpuLockedClocks" not in fake_gpu.calls
+    assert not list((tmp_path / "state").glob("clocks-*.json"))
+    with pytest.raises(Exception, match="locking the SM clock"):
+        clocks.lock_persistent(0, sm="max", memory="max")
+    assert _dev(fake_gpu)["locked_mem"] is None
+    assert not list((tmp_path / "state").glob("clocks-*.json"))
+
+
 def test_mode_none_changes_nothing_and_records_drift(fake_gpu):
     with clocks.locked_clocks(0, mode="none") as session:
         _dev(fake_gpu)["event_reasons"] = 0  # the GPU gets busy and boosts
