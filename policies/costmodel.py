@@ -29,7 +29,7 @@ from numba import njit
 from ..reports.calibration import CalibrationError, latency_ns, load_calibration
 from .errors import PolicyEngineError
 from .models import DEFAULT_MODEL, ModelPreset, get_model
-from .trace import Trace
+from .traces.trace import Trace
 
 MISS_MODES = ("recompute", "reload")
 # Columns of the coefficient table (one row per model preset in use), all in seconds.

@@ -27,7 +27,7 @@ from numba import njit
 
 from .errors import CapacityError, PolicyEngineError
 from .registry import get_policy
-from .trace import Trace
+from .traces.trace import Trace
 
 Progress = Callable[[int, int, str], None]
 
@@ -104,7 +104,7 @@ def as_trace(trace_or_blocks) -> Trace:
     """A Trace as is; a 1-D sequence of block ids as a trace of one-block requests."""
     if isinstance(trace_or_blocks, Trace):
         return trace_or_blocks
-    from .readers import trace_from_ids
+    from .traces.ids import trace_from_ids
 
     ids = np.asarray(trace_or_blocks)
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):

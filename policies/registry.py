@@ -1,31 +1,20 @@
 """Every replacement policy the engine knows, by CLI name.
 
-Each module in `MODULES` is `sitsprof.policies.<module>` and follows the kernel contract in
+Each module in `MODULES` follows the kernel contract in
 docs/CONTRACTS.md: `NAME`, `DESCRIPTION` and a numba `KERNEL(block, req_offsets, n_blocks,
 capacity, hit, *params) -> (evictions, max_resident)`. To add a policy, write the module and
-add its name to `MODULES`.
+import it here and add it to `MODULES`.
 """
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
+from . import semantic_shard, sits
+from .classic import arc, fifo, lfu, lirs, lru, prefix_lru, s3fifo, sieve, twoq
 from .errors import PolicyEngineError
 
-# Module names under sitsprof.policies, in the order tables list them.
-MODULES: tuple[str, ...] = (
-    "lru",
-    "fifo",
-    "lfu",
-    "sieve",
-    "lirs",
-    "arc",
-    "s3fifo",
-    "twoq",
-    "prefix_lru",
-    "sits",
-    "semantic_shard",
-)
+# The policy modules, in the order tables list them.
+MODULES: tuple[ModuleType, ...] = (lru, fifo, lfu, sieve, lirs, arc, s3fifo, twoq, prefix_lru, sits, semantic_shard)
 
 
 class UnknownPolicyError(PolicyEngineError):
@@ -34,8 +23,7 @@ class UnknownPolicyError(PolicyEngineError):
 
 def _load() -> dict[str, ModuleType]:
     policies: dict[str, ModuleType] = {}
-    for module_name in MODULES:
-        module = importlib.import_module(f"{__package__}.{module_name}")
+    for module in MODULES:
         for attr in ("NAME", "DESCRIPTION", "KERNEL"):
             if not hasattr(module, attr):
                 raise TypeError(f"policy module {module.__name__} lacks {attr} (docs/CONTRACTS.md)")

@@ -27,9 +27,9 @@ import time
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, move_to_head, new_lists, pop_tail, push_head, unlink
+from .classic._structs import NIL, move_to_head, new_lists, pop_tail, push_head, unlink
 from .errors import PolicyEngineError
-from .trace import Trace
+from .traces.trace import Trace
 
 NAME = "semantic-shard"
 DESCRIPTION = "Semantic shard cache: per-shard LRU slots rebalanced by demand, TTL expiry (180 s), shard eviction counts"
@@ -310,7 +310,7 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, shards=16):
     shards keyed by each request's first block, every block full, the default cost model."""
     from .costmodel import CostModel
     from .engine import check_capacity
-    from .trace import DEFAULT_BLOCK_TOKENS
+    from .traces.trace import DEFAULT_BLOCK_TOKENS
 
     capacity = check_capacity(int(capacity))
     if shards < 1:

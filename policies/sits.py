@@ -43,10 +43,10 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 from numba import njit
 
-from .arc import RECENCY, SCAN, new_state, replay_recency, replay_scan
+from .classic.arc import RECENCY, SCAN, new_state, replay_recency, replay_scan
 from .costmodel import ttft_kernel
 from .errors import PolicyEngineError
-from .trace import DEFAULT_BLOCK_TOKENS, Trace
+from .traces.trace import DEFAULT_BLOCK_TOKENS, Trace
 
 NAME = "sits"
 DESCRIPTION = "SITS adaptive: per-window entropy/P99 score switches recency vs ARC-style scan resistance, shadow-evaluated"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .trace import Trace
+from .traces.trace import Trace
 
 LIGHT, HEAVY = 0.05, 0.2
 
@@ -97,7 +97,7 @@ def isolate(trace: Trace) -> Trace:
     """The same trace with one namespace per tenant: block ids become dense (tenant, block) pairs."""
     from dataclasses import replace
 
-    from .readers import dense_ids
+    from .traces.ids import dense_ids
 
     key = trace.tenant.astype(np.int64) * np.int64(trace.n_blocks + 1) + trace.block.astype(np.int64)
     block, n_blocks = dense_ids(key)

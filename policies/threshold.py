@@ -35,10 +35,10 @@ import numpy as np
 from numba import njit
 
 from ..reports.calibration import latency_ns, load_calibration
-from ._structs import NIL, push_tail_s
+from .classic._structs import NIL, push_tail_s
 from .errors import PolicyEngineError
-from .arc import _B1, _T1, _T2
-from .lirs import _HIRS, _MAXRES, _NHH, _QH, _SH, _SN, LIR, new_state, replay_window
+from .classic.arc import _B1, _T1, _T2
+from .classic.lirs import _HIRS, _MAXRES, _NHH, _QH, _SH, _SN, LIR, new_state, replay_window
 
 
 class LirsBaseline:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sitsprof.policies import arc, fifo, lfu, lirs, lru, s3fifo, sieve, sits, twoq
-from sitsprof.policies.readers import read_trace, trace_from_ids
+from sitsprof.policies import sits
+from sitsprof.policies.classic import arc, fifo, lfu, lirs, lru, s3fifo, sieve, twoq
+from sitsprof.policies.traces.detect import read_trace
+from sitsprof.policies.traces.ids import trace_from_ids
 from sitsprof.policies.sits import (
     RECENCY,
     SCAN,
@@ -179,7 +181,7 @@ def test_compiled_helpers_match_their_numpy_definitions():
 def test_reference_count_windows_start_at_request_boundaries():
     trace = trace_from_ids(np.arange(10))
     assert window_bounds(trace, 0.0, 3).tolist() == [0, 3, 6, 9, 10]
-    from sitsprof.policies.readers import trace_from_requests
+    from sitsprof.policies.traces.ids import trace_from_requests
     multi = trace_from_requests([[1, 2, 3], [4], [5, 6], [7, 8, 9, 10]], arrival_ms=[0, 0, 0, 0],
                                 input_tokens=[1536, 512, 1024, 2048])
     assert window_bounds(multi, 0.0, 4).tolist() == [0, 4, 10]  # request 3 starts at 6 < 8

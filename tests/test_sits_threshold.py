@@ -86,7 +86,7 @@ def test_entry_cost_defaults_to_calibrated_hbm_latency():
 
 def test_threshold_gate_in_a_sits_run():
     from sitsprof.policies import sits
-    from sitsprof.policies.readers import trace_from_ids
+    from sitsprof.policies.traces.ids import trace_from_ids
 
     # 200 s of hits on 50 hot blocks, then only new blocks: every window's P99 is a miss
     ids = np.concatenate((np.tile(np.arange(50), 40), np.arange(1000, 4000)))
@@ -105,14 +105,15 @@ def test_threshold_gate_in_a_sits_run():
 
 
 def _gate_trace():
-    from sitsprof.policies.readers import trace_from_ids
+    from sitsprof.policies.traces.ids import trace_from_ids
 
     ids = np.concatenate((np.tile(np.arange(50), 40), np.arange(1000, 4000)))
     return trace_from_ids(ids, times=np.arange(len(ids), dtype=float) * 0.1)
 
 
 def test_the_baseline_is_literal_lirs_until_the_switch():
-    from sitsprof.policies import lirs, sits
+    from sitsprof.policies import sits
+    from sitsprof.policies.classic import lirs
 
     trace = _gate_trace()
     hit = np.zeros(len(trace), dtype=np.uint8)

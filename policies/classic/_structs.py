@@ -16,7 +16,7 @@ Two flavours of the same operations (all inlined into the caller by numba):
   keeps many lists, e.g. one per frequency.
 
 These helpers are inlined, and numba's on-disk cache of a kernel only watches the kernel's
-own file: after editing this one, delete `policies/__pycache__/*.nbi` and `*.nbc`.
+own file: after editing this one, delete the `*.nbi` and `*.nbc` files under `policies/**/__pycache__/`.
 """
 from __future__ import annotations
 
@@ -133,18 +133,6 @@ def push_head(prev, nxt, head, tail, q, x):
     head[q] = x
 
 
-@njit(cache=True, inline="always")
-def push_tail(prev, nxt, head, tail, q, x):
-    """Insert unlinked `x` at the tail of list `q`."""
-    t = tail[q]
-    nxt[x] = NIL
-    prev[x] = t
-    if t == NIL:
-        head[q] = x
-    else:
-        nxt[t] = x
-    tail[q] = x
-
 
 @njit(cache=True, inline="always")
 def unlink(prev, nxt, head, tail, q, x):
@@ -177,20 +165,6 @@ def pop_tail(prev, nxt, head, tail, q):
         prev[x] = NIL
     return x
 
-
-@njit(cache=True, inline="always")
-def pop_head(prev, nxt, head, tail, q):
-    """Remove and return the head of list `q` (NIL when empty)."""
-    x = head[q]
-    if x != NIL:
-        n = nxt[x]
-        head[q] = n
-        if n == NIL:
-            tail[q] = NIL
-        else:
-            prev[n] = NIL
-        nxt[x] = NIL
-    return x
 
 
 @njit(cache=True, inline="always")
