@@ -3,7 +3,7 @@
 Wiring only: plans come from `sitsprof.probes.suite`, launches from `sitsprof.probes.gpu`,
 the run directory and samplers from `sitsprof.collectors`, clocks from `sitsprof.pmu.clocks`.
 Plans are validated against the device before the run directory is made or anything runs;
-`--dry-run` prints the plan (against a nominal H200 when no GPU is visible) and launches nothing.
+`--dry-run` prints the plan (against `probes.assumed`'s H200 when no GPU is visible) and launches nothing.
 """
 from __future__ import annotations
 
@@ -28,27 +28,8 @@ def _device_options(fn):
     return fn
 
 
-def _nominal_h200():
-    from sitsprof.probes.plan import GiB, MiB, DeviceLimits
-
-    return DeviceLimits(name="NVIDIA H200 (assumed: no GPU visible)", index=0, compute_capability=(9, 0),
-                        sm_count=132, l2_bytes=50 * MiB, memory_bytes=141 * GiB, free_bytes=140 * GiB)
-
-
-def _limits(index: int, dry_run: bool):
-    from sitsprof.pmu.errors import NoGpuError
-    from sitsprof.probes.gpu import device_limits
-
-    try:
-        return device_limits(index)
-    except NoGpuError:
-        if not dry_run:
-            raise
-        return _nominal_h200()
-
-
 def _print_plan(console, plan, limits, dry_run: bool) -> None:
-    from sitsprof.probes.plan import format_size
+    from sitsprof.common.sizes import format_size
 
     console.print(f"[bold]{plan.name} suite[/] on {limits.describe()}: {limits.sm_count} SMs, "
                   f"L2 {format_size(limits.l2_bytes or 0)}, {format_size(limits.free_bytes)} free")
@@ -57,9 +38,8 @@ def _print_plan(console, plan, limits, dry_run: bool) -> None:
         if part in plan.parts:
             console.print(f"  {line}")
     if dry_run:
-        est = plan.estimate_seconds()
-        total = sum(v for k, v in est.items() if k in plan.parts or k == "compile")
-        console.print(f"  planner's estimate: about {total:.0f} s (nominal latencies; not a measurement)")
+        console.print(f"  planner's estimate: about {plan.estimate_total_seconds():.0f} s "
+                      "(nominal latencies; not a measurement)")
 
 
 def execute(parts, suite: str, index: int, parent: str, name: str | None, clocks: str, dry_run: bool,
@@ -67,11 +47,12 @@ def execute(parts, suite: str, index: int, parent: str, name: str | None, clocks
     """Plan, validate, then (unless dry-run) lock clocks, sample, probe, and write one run directory."""
     from rich.console import Console
 
+    from sitsprof.probes.assumed import planning_limits
     from sitsprof.probes.plan import require_hopper
     from sitsprof.probes.suite import plan_suite
 
     console = Console(stderr=True, soft_wrap=True)
-    limits = _limits(index, dry_run)
+    limits = planning_limits(index, dry_run)
     if gpm == "on":
         require_hopper(limits, "the GPM counters (--gpm on)")
     plan = plan_suite(suite, limits, tuple(parts), overrides)

@@ -27,17 +27,18 @@ import click
 def record(duration, parent, name, device, clock_mode, sm, memory, interval, nvml_groups, gpm, cupti, cupti_interval,
            command):
     """Run COMMAND under the samplers and write a run directory (sitsprof record --duration 10s -- python train.py)."""
-    from sitsprof.collectors.record import parse_duration, record as do_record
+    from sitsprof.collectors.record import record as do_record
+    from sitsprof.common.durations import parse_duration
 
     command = list(command)
     if command and command[0] == "--":
         command = command[1:]
     run, result = do_record(
-        command, parse_duration(duration) if duration else None, parent=parent, name=name,
+        command, parse_duration(duration, positive=True) if duration else None, parent=parent, name=name,
         device_index=device, clocks=clock_mode, sm=sm, memory=memory,
-        nvml_interval_s=parse_duration(interval), nvml_groups=nvml_groups.split(",") if nvml_groups else None,
+        nvml_interval_s=parse_duration(interval, positive=True), nvml_groups=nvml_groups.split(",") if nvml_groups else None,
         gpm=gpm, cupti=cupti,
-        cupti_interval_ns=int(round(parse_duration(cupti_interval) * 1e9)),
+        cupti_interval_ns=int(round(parse_duration(cupti_interval, positive=True) * 1e9)),
         require=("cupti_pm",) if cupti else (),
         on_start=lambda r: click.echo(f"sitsprof: recording into {r.path}", err=True),
     )

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from sitsprof.collectors.errors import CollectorError, SamplerError
+from sitsprof.collectors.errors import CollectorError
 from sitsprof.collectors.rundir import RunDirectory
 from sitsprof.pmu.errors import PmuError
 
@@ -81,28 +81,6 @@ class Recorder:
         if self.write_errors:
             self.run.update_meta(sampler_write_errors=self.write_errors)
         return stats
-
-
-def parse_duration(text) -> float:
-    """'10s', '500ms', '2m', '1h', '10us' or a number of seconds -> seconds."""
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        raw = str(text).strip().lower()
-        units = (("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
-        for suffix, scale in units:
-            if raw.endswith(suffix) and raw[: -len(suffix)].strip():
-                number = raw[: -len(suffix)].strip()
-                break
-        else:
-            number, scale = raw, 1.0
-        try:
-            value = float(number) * scale
-        except ValueError:
-            raise SamplerError(f"duration {text!r}: use a number with s, ms, us, ns, m or h (e.g. 10s, 5ms)") from None
-    if value <= 0:
-        raise SamplerError(f"duration {text!r} must be positive")
-    return value
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child

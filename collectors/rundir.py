@@ -24,9 +24,10 @@ import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from sitsprof.collectors.errors import RunDirectoryError
+from sitsprof.common.atomic import atomic_write, atomic_write_text
 
 SCHEMA_VERSION = 1
 KINDS = ("probe", "sampler")
@@ -46,38 +47,6 @@ def tool_version() -> str:
         return version("sitsprof")
     except PackageNotFoundError:
         return "0+unknown"
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call `write(tmp_path)` then fsync and rename the result over `path`."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def _to_arrow(frame: Any):
@@ -328,12 +297,3 @@ def open_run(path) -> RunDirectory:
         )
     return RunDirectory(path, meta)
 
-
-def iter_runs(parent) -> Iterable[RunDirectory]:
-    """Every run directory directly under `parent`, oldest name first."""
-    for child in sorted(Path(parent).iterdir()):
-        if (child / META).exists():
-            try:
-                yield open_run(child)
-            except RunDirectoryError:
-                continue

@@ -13,13 +13,13 @@ import inspect
 import re
 from types import ModuleType
 
+from sitsprof.common.durations import parse_duration
+
 from .errors import PolicyEngineError
 
 # Keywords of `run` that are not tuning parameters (data, outputs, the cost model's own flags).
 _NOT_PARAMS = {"trace", "capacity", "offsets", "hit_out", "texts", "embedder", "calibration", "model", "miss",
                "gate", "kwargs"}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
-_UNITS = {None: 1.0, "s": 1.0, "ms": 1e-3, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 def accepted(module: ModuleType) -> dict:
@@ -33,16 +33,6 @@ def accepted(module: ModuleType) -> dict:
     parameters = inspect.signature(module.run).parameters
     return {n: p.default for n, p in parameters.items()
             if n not in _NOT_PARAMS and p.kind is not inspect.Parameter.VAR_KEYWORD}
-
-
-def parse_duration(text) -> float:
-    """Seconds from `180`, `180s`, `3m`, `1.5h` or `500ms`."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return float(text)
-    match = _DURATION.match(str(text))
-    if match is None:
-        raise PolicyEngineError(f"duration {text!r} is not a time; give seconds such as 180, 180s, 3m or 1h")
-    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 def convert(name: str, text, default):

@@ -8,19 +8,15 @@ kernels, or a non-Hopper GPU where Hopper-only counters are asked for.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
+
+from sitsprof.common.sizes import MiB, format_size
 
 from .errors import PlanError
 from .kernels import kernel_constants
 
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
 LINE_BYTES = 128
 VEC_BYTES = 16            # one uint4 per thread per access (kernels/common.cuh)
-STREAM_UNROLL = kernel_constants()["STREAM_UNROLL"]  # kernels/common.cuh
-CLAIM_STEPS = kernel_constants()["CLAIM_STEPS"]      # kernels/bandwidth.cu
 MAX_THREADS_PER_SM = 2048
 MAX_BLOCKS_PER_SM = 32    # compute capability 7.0 .. 9.0
 #: TLB sweep skew: 17 lines, odd, so link k's line inside its page is 17 k mod (stride/128).
@@ -28,27 +24,15 @@ TLB_SKEW = 17 * LINE_BYTES
 #: Device memory left alone for the CUDA context, CuPy's pool and other tenants.
 RESERVE_BYTES = 512 * MiB
 
-_UNITS = {"": 1, "b": 1, "k": KiB, "kb": KiB, "kib": KiB, "m": MiB, "mb": MiB, "mib": MiB,
-          "g": GiB, "gb": GiB, "gib": GiB, "t": 1024 * GiB, "tb": 1024 * GiB, "tib": 1024 * GiB}
+
+def stream_unroll() -> int:
+    """Vectors in flight per thread (kernels/common.cuh), read from the kernel text on first use."""
+    return kernel_constants()["STREAM_UNROLL"]
 
 
-def parse_size(text) -> int:
-    """'16KiB', '2 MiB', '4G', '1.5GiB', 4096 -> bytes (binary units; 'KB' means KiB here)."""
-    if isinstance(text, (int,)) and not isinstance(text, bool):
-        return int(text)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise PlanError(f"cannot read size {text!r} (examples: 16KiB, 2MiB, 4GiB)")
-    return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
-
-
-def format_size(n: int) -> str:
-    """Bytes as the largest binary unit that keeps it readable: 16 KiB, 1.5 GiB."""
-    for unit, size in (("TiB", 1024 * GiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if n >= size:
-            v = n / size
-            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.3g} {unit}"
-    return f"{n} B"
+def claim_steps() -> int:
+    """Steps of one claimed chunk (kernels/bandwidth.cu), read from the kernel text on first use."""
+    return kernel_constants()["CLAIM_STEPS"]
 
 
 def geometric_sizes(lo: int, hi: int, per_octave: int = 4, align: int = LINE_BYTES) -> list[int]:
@@ -235,12 +219,12 @@ class StreamConfig:
 
     def vectors(self, buffer_bytes: int, sm_count: int) -> int:
         """Grid-stride kernels (the saturator): a multiple of the launched threads x unroll."""
-        unit = self.grid(sm_count) * self.threads * STREAM_UNROLL
+        unit = self.grid(sm_count) * self.threads * stream_unroll()
         return (buffer_bytes // VEC_BYTES) // unit * unit
 
     def claim_vectors(self, buffer_bytes: int) -> int:
         """Claiming kernels (bandwidth.cu): a multiple of one block's chunk per pass."""
-        unit = self.threads * STREAM_UNROLL * CLAIM_STEPS
+        unit = self.threads * stream_unroll() * claim_steps()
         return (buffer_bytes // VEC_BYTES) // unit * unit
 
     def validate(self, device: DeviceLimits, what: str) -> None:
@@ -279,9 +263,10 @@ class BandwidthPlan:
             raise PlanError("the bandwidth probe needs at least one intensity setting")
         for c in self.configs:
             c.validate(device, "the bandwidth probe")
-            if c.claim_vectors(self.buffer_bytes) < c.threads * STREAM_UNROLL * CLAIM_STEPS * c.blocks:
+            chunk = stream_unroll() * claim_steps()
+            if c.claim_vectors(self.buffer_bytes) < c.threads * chunk * c.blocks:
                 raise PlanError(f"the bandwidth buffer {format_size(self.buffer_bytes)} is smaller than one chunk "
-                                f"of {c.threads} threads x {STREAM_UNROLL * CLAIM_STEPS} x {VEC_BYTES} B per "
+                                f"of {c.threads} threads x {chunk} x {VEC_BYTES} B per "
                                 f"working block ({c.blocks})")
         check_memory(device, self.need_bytes, f"the bandwidth probe ({format_size(self.buffer_bytes)} x 2)",
                      "lower --buffer")

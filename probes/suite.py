@@ -12,8 +12,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from .plan import (GiB, KiB, MiB, TLB_SKEW, BandwidthPlan, ChaseSweep, DeviceLimits, LatencyPlan, LoadedPlan,
-                   StreamConfig, TlbPlan, format_size, geometric_sizes, parse_size)
+from sitsprof.common.sizes import GiB, KiB, MiB, format_size, parse_size
+
+from .plan import (TLB_SKEW, BandwidthPlan, ChaseSweep, DeviceLimits, LatencyPlan, LoadedPlan, StreamConfig, TlbPlan,
+                   geometric_sizes)
 
 SUITES = ("quick", "full")
 PARTS = ("latency", "tlb", "bandwidth", "loaded")
@@ -83,6 +85,10 @@ class SuitePlan:
         ld_s = (len(ld.calibration_sleeps_ns) * ld.calibration_ns * 1e-9
                 + ld.levels * 2 * (ld.samples * 4 * _EST_NS["hbm"] * 1e-9 + ld.settle_ns * 1e-9 + 0.05))
         return {"latency": lat, "tlb": tlb, "bandwidth": bw_s, "loaded": ld_s, "compile": 10.0}
+
+    def estimate_total_seconds(self) -> float:
+        """The estimate for the parts this plan runs, kernel compiles included."""
+        return sum(v for k, v in self.estimate_seconds().items() if k in self.parts or k == "compile")
 
 
 def make_suite(name: str, device: DeviceLimits, parts: tuple[str, ...] = PARTS,

@@ -255,7 +255,7 @@ def render_html(report: Report) -> str:
 
 def write_html(report: Report, path) -> Path:
     """Render and write atomically (temporary file, fsync, rename); returns the path."""
-    from sitsprof.collectors.rundir import atomic_write_text
+    from sitsprof.common.atomic import atomic_write_text
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,9 @@ from fake_nvml import fake_gpu  # noqa: F401 - fixture
 
 from sitsprof.cli.main import main
 from sitsprof.collectors.errors import CollectorError
-from sitsprof.collectors.record import parse_duration, record
+from sitsprof.collectors.record import record
 from sitsprof.collectors.rundir import open_run
+from sitsprof.common.durations import DurationError, parse_duration
 
 
 def test_record_writes_a_complete_run(fake_gpu, tmp_path):
@@ -60,7 +61,7 @@ def test_unsupported_gpm_is_skipped_with_reason(tmp_path):
 def test_parse_duration():
     assert parse_duration("10s") == 10 and parse_duration("500ms") == 0.5 and parse_duration("2m") == 120
     assert parse_duration("10us") == pytest.approx(1e-5) and parse_duration(3) == 3
-    with pytest.raises(CollectorError):
+    with pytest.raises(DurationError):
         parse_duration("soon")
 
 

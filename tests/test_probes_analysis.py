@@ -7,7 +7,7 @@ import pytest
 
 from sitsprof.probes import analysis as A
 from sitsprof.probes.errors import ProbeError
-from sitsprof.probes.plan import KiB, MiB
+from sitsprof.common.sizes import KiB, MiB
 
 MHZ = 1980.0
 

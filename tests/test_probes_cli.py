@@ -13,7 +13,8 @@ from sitsprof.cli.main import main
 from sitsprof.pmu.errors import NoGpuError
 from sitsprof.probes import analysis as A
 from sitsprof.probes import gpu
-from sitsprof.probes.plan import GiB, MiB, DeviceLimits
+from sitsprof.common.sizes import GiB, MiB
+from sitsprof.probes.plan import DeviceLimits
 from sitsprof.probes.suite import make_suite, run_suite
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "run-directory.md"

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
+from sitsprof.common.sizes import GiB, KiB, MiB, SizeError, format_size, parse_size
 from sitsprof.probes.errors import PlanError
-from sitsprof.probes.plan import (GiB, KiB, MiB, TLB_SKEW, BandwidthPlan, ChaseSweep, DeviceLimits,
-                                  LatencyPlan, LoadedPlan, StreamConfig, format_size, geometric_sizes, parse_size,
-                                  require_hopper)
+from sitsprof.probes.plan import (TLB_SKEW, BandwidthPlan, ChaseSweep, DeviceLimits, LatencyPlan, LoadedPlan,
+                                  StreamConfig, geometric_sizes, require_hopper)
 from sitsprof.probes.suite import make_suite
 
 H200 = DeviceLimits(name="NVIDIA H200", compute_capability=(9, 0), sm_count=132, l2_bytes=50 * MiB,
@@ -23,7 +23,7 @@ def test_parse_size(text, value):
 
 @pytest.mark.parametrize("text", ["", "12 parsecs", "-1KiB", "KiB"])
 def test_parse_size_rejects(text):
-    with pytest.raises(PlanError, match="cannot read size"):
+    with pytest.raises(SizeError, match="cannot read size"):
         parse_size(text)
 
 

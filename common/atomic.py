@@ -1,0 +1,45 @@
+"""Write a file so that a reader sees the old content or the new, never half of either.
+
+A temporary file beside the target, fsync, rename over the target, fsync the folder: a crash
+or a full disk at any point leaves the previous file (or none) in place.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename in `path` durable; a folder that cannot be opened (some filesystems) is skipped."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> None:
+    """Call `write(tmp_path)` then fsync and rename the result over `path`."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """`atomic_write` of a UTF-8 text."""
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
