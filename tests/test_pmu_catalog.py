@@ -32,16 +32,54 @@ def test_what_no_api_exposes_says_so():
     assert catalog.lookup("power_w").backend == "nvml"
 
 
-def test_devices_json_reports_capabilities(fake_gpu, capsys):
+def _cupti_python(monkeypatch, installed):
+    """Pretend cupti-python `installed` (a version string) is there, or (None) that it is not."""
+    import importlib.metadata
+    import importlib.util
+
+    real_version, real_find_spec = importlib.metadata.version, importlib.util.find_spec
+
+    def version(name):
+        if name != "cupti-python":
+            return real_version(name)
+        if installed is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "cupti" else real_find_spec(name, *a))
+
+
+def test_devices_json_reports_capabilities(fake_gpu, capsys, monkeypatch):
+    _cupti_python(monkeypatch, None)
     assert main(["devices", "--json"]) == 0
     (entry,) = json.loads(capsys.readouterr().out)
     caps = entry["capabilities"]
     assert entry["name"] == "NVIDIA H200" and entry["l2_bytes"] == 50 * 2**20
     assert caps["gpm"]["supported"] is True
-    assert caps["cupti_pm_sampling"]["available"] in (True, False) and caps["cupti_pm_sampling"]["reason"]
+    absent = "cupti-python is not installed (pip install 'cupti-python>=13.3')"
+    assert caps["cupti_pm_sampling"] == {"available": False, "reason": absent}
+    cupti_counters = [c for c in caps["counters"] if c["backend"] == "cupti_pm"]
+    assert cupti_counters and all(not c["readable"] and c["reason"] == absent for c in cupti_counters)
     readable = {c["name"]: c["readable"] for c in caps["counters"]}
     assert readable["sm_clock_mhz"] and readable["power_instant_w"] and readable["gpm_dram_bw_util_pct"]
     assert readable["tlb_misses"] is False
+
+
+
+@pytest.mark.parametrize("installed,driver,expected", [
+    ("13.3.0", 13000, (True, "cupti-python 13.3.0")),
+    ("13.2.1", 13000, (False, "cupti-python 13.2.1 is too old; PM sampling needs >= 13.3")),
+    ("13.3.0", 12040, (False, "the driver supports CUDA 12.4; cupti-python 13 needs a CUDA 13 driver (580+)")),
+])
+def test_cupti_availability_follows_package_and_driver(fake_gpu, capsys, monkeypatch, installed, driver, expected):
+    _cupti_python(monkeypatch, installed)
+    fake_gpu.state["cuda_driver_version"] = driver
+    assert main(["devices", "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    available, reason = expected
+    assert entry["capabilities"]["cupti_pm_sampling"] == {"available": available, "reason": reason}
 
 
 def test_devices_without_gpm(tmp_path, capsys):

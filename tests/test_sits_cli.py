@@ -43,7 +43,9 @@ def test_simulate_sits_json_carries_events_cost_and_metrics(capsys, small_trace,
     assert {"time", "window", "H", "d_ms", "score", "action"} <= set(decisions[0])
     shard = rows["semantic-shard"]["extra"]
     assert shard["semantic_cache_hit_ratio"] == rows["semantic-shard"]["block_hit_ratio"]
-    assert shard["shard_eviction_rate"] >= 0 and shard["ttl_s"] == 180.0
+    evictions = rows["semantic-shard"]["evictions"]
+    assert evictions > 0 and shard["ttl_s"] == 180.0
+    assert shard["shard_eviction_rate"] == pytest.approx(evictions / read_trace(small_trace).span_s)
     assert "ctcci" in shard["tenancy"]
     # the direct call agrees with the CLI
     direct = sits.run(read_trace(small_trace), 300, calibration=str(slow_hbm))
