@@ -1,11 +1,11 @@
 """Errors the collectors report to users: one line, exit status 2 from the CLI."""
 from __future__ import annotations
 
+from sitsprof.common.errors import SitsprofError
 
-class CollectorError(RuntimeError):
-    """Base for user-facing collector errors; `exit_code` tells the CLI how to exit."""
 
-    exit_code = 2
+class CollectorError(SitsprofError, RuntimeError):
+    """Base for user-facing collector errors."""
 
 
 class RunDirectoryError(CollectorError):

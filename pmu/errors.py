@@ -1,11 +1,11 @@
 """Errors the PMU layer reports to users: one line, exit status 2 from the CLI."""
 from __future__ import annotations
 
+from sitsprof.common.errors import SitsprofError
 
-class PmuError(RuntimeError):
-    """Base for user-facing PMU errors; `exit_code` tells the CLI how to exit."""
 
-    exit_code = 2
+class PmuError(SitsprofError, RuntimeError):
+    """Base for user-facing PMU errors."""
 
 
 class NoGpuError(PmuError):

@@ -1,11 +1,11 @@
 """Errors the policy engine reports to users (one line, exit status 2 from the CLI)."""
 from __future__ import annotations
 
+from sitsprof.common.errors import SitsprofError
 
-class PolicyEngineError(ValueError):
-    """Base for user-facing policy-engine errors; `exit_code` tells the CLI how to exit."""
 
-    exit_code = 2
+class PolicyEngineError(SitsprofError, ValueError):
+    """Base for user-facing policy-engine errors."""
 
 
 class TraceFormatError(PolicyEngineError):
@@ -24,3 +24,15 @@ class TraceFormatError(PolicyEngineError):
 
 class CapacityError(PolicyEngineError):
     """An impossible cache capacity (zero, negative, or not a number)."""
+
+
+class UnknownPolicyError(PolicyEngineError):
+    """A policy name the registry does not know."""
+
+
+class UnknownModelError(PolicyEngineError):
+    """A model preset name that does not exist."""
+
+
+class CostModelError(PolicyEngineError):
+    """A cost model that cannot be built from what it was given."""

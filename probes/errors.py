@@ -1,11 +1,11 @@
 """Errors the probes report to users (one line, exit status 2 from the CLI)."""
 from __future__ import annotations
 
+from sitsprof.common.errors import SitsprofError
 
-class ProbeError(ValueError):
-    """Base for user-facing probe errors; `exit_code` tells the CLI how to exit."""
 
-    exit_code = 2
+class ProbeError(SitsprofError, ValueError):
+    """Base for user-facing probe errors."""
 
 
 class PlanError(ProbeError):

@@ -1,0 +1,16 @@
+"""Errors the reports raise to users (one line, exit status 2 from the CLI)."""
+from __future__ import annotations
+
+from sitsprof.common.errors import SitsprofError
+
+
+class ReportError(SitsprofError):
+    """Base for user-facing report errors."""
+
+
+class ReportInputError(ReportError, ValueError):
+    """An input file the report cannot use; the message names the file and the problem."""
+
+
+class IncompleteRunError(ReportError):
+    """The run lacks what a calibration needs; the message lists the missing parts."""
