@@ -99,7 +99,7 @@ def measure_memory(oracle: Path, policies: list[str], capacity: int, points: int
     with _PeakRss() as warming:
         from sitsprof.policies.engine import simulate
         from sitsprof.policies.mrc import curve_capacities, lru_hit_ratio_curve
-        from sitsprof.policies.readers import read_trace
+        from sitsprof.policies.traces.detect import read_trace
 
         warm_jit(policies)
     baseline = _rss_mb()
@@ -129,7 +129,7 @@ def trace_nbytes(trace) -> int:
 def run(args) -> dict:
     from sitsprof.policies.engine import simulate
     from sitsprof.policies.mrc import curve_capacities, lru_hit_ratio_curve
-    from sitsprof.policies.readers import read_trace
+    from sitsprof.policies.traces.detect import read_trace
     from sitsprof.policies.registry import policy_names
 
     policies = [p for p in (args.policies.split(",") if args.policies else policy_names())]

@@ -1,6 +1,6 @@
 """`sitsprof demo`: the embedded default, with no download and no GPU.
 
-Generates the seeded three-stack workload (`sitsprof.policies.generator`), replays it
+Generates the seeded three-stack workload (`sitsprof.policies.traces.generator`), replays it
 through every registered policy at several capacities, prints the table and writes
 `results.json`, `results.csv` and the workload itself (`workload.jsonl`, Mooncake format,
 so `sitsprof policy simulate <out>/workload.jsonl` replays it again) to the output folder.
@@ -38,7 +38,7 @@ DEMO_FRACTIONS = (0.01, 0.05, 0.10, 0.25, 0.50)
               help="Comma-separated policy names, or 'all'.")
 def demo(out_dir, seed, duration_s, policy_text) -> None:
     """Generate the three-stack workload, replay it through every policy, write the results."""
-    from sitsprof.policies import generator
+    from sitsprof.policies.traces import generator
     console = stdout_console()
     started = time.perf_counter()
     requests = generator.generate_requests(seed=seed, duration_s=duration_s)

@@ -1,6 +1,6 @@
 """`sitsprof policy ...`: replay KV-cache block traces through the replacement policies.
 
-Wiring only: traces come from `sitsprof.policies.readers`, replays from
+Wiring only: traces come from `sitsprof.policies.traces`, replays from
 `sitsprof.policies.engine`, curves from `sitsprof.policies.mrc`. Heavy imports (numba via the
 policy kernels, pandas) happen inside the commands.
 """
@@ -77,7 +77,7 @@ def trace_summary(trace, path=None, fmt=None) -> dict:
 
 def load_trace(path: str, fmt: str | None, skip_bad_lines: bool):
     """Read the trace and say on stderr what bad lines were skipped."""
-    from sitsprof.policies.readers import detect_format, read_trace
+    from sitsprof.policies.traces.detect import detect_format, read_trace
 
     trace = read_trace(path, format=fmt, skip_bad_lines=skip_bad_lines)
     if trace.skipped_lines:
@@ -305,7 +305,7 @@ def list_cmd() -> None:
               show_default=True, help="Mooncake JSONL, DESIGN.md request JSONL, oracleGeneral binary or CSV.")
 def generate_cmd(out, seed, duration_s, scale, kind) -> None:
     """Write the seeded three-stack workload (qwen2-72b, deepseek-v2, phi-3-mini) to OUT."""
-    from sitsprof.policies import generator, readers
+    from sitsprof.policies.traces import csvfile, generator, oracle
 
     requests = generator.generate_requests(seed=seed, duration_s=duration_s, scale=scale)
     trace = generator.requests_to_trace(requests)
@@ -314,9 +314,9 @@ def generate_cmd(out, seed, duration_s, scale, kind) -> None:
     elif kind == "requests":
         generator.write_requests_jsonl(requests, out)
     elif kind == "oracle":
-        readers.write_oracle_general(out, trace.original_id, timestamps=trace.time.astype("int64"), sizes=trace.tokens)
+        oracle.write_oracle_general(out, trace.original_id, timestamps=trace.time.astype("int64"), sizes=trace.tokens)
     else:
-        readers.write_csv(out, trace)
+        csvfile.write_csv(out, trace)
     click.echo(f"wrote {out}: {len(requests):,} requests, {len(trace):,} block references, "
                f"{trace.n_blocks:,} distinct blocks")
 

@@ -123,7 +123,7 @@ def claims_cmd(mooncake_path, seed, calibration, as_json):
     three-stack workload (capacities 1%/10%/50% of its blocks) and, if given, a Mooncake trace."""
     import json
 
-    from sitsprof.policies import generator
+    from sitsprof.policies.traces import generator
     from sitsprof.policies.tenancy import tenant_hit_ratios
 
     from .policy import fraction_capacities, load_trace, parse_policies, stdout_console

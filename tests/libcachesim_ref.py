@@ -2,7 +2,7 @@
 
 Each block id becomes one object of size 1 in file order, written as an oracleGeneral trace
 (24-byte records `<u4 ts, <u8 id, <u4 size, <i8 next>`, next = index of the next request to
-the same object or -1, by `sitsprof.policies.readers.write_oracle_general`), then replayed
+the same object or -1, by `sitsprof.policies.traces.oracle.write_oracle_general`), then replayed
 with libCacheSim's own reader and `process_trace`.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ LCS_CLASSES = {
 
 def write_oracle(path: Path, ids) -> Path:
     """Write `ids` (one object of size 1 each, file order) as an oracleGeneral trace."""
-    from sitsprof.policies.readers import write_oracle_general
+    from sitsprof.policies.traces.oracle import write_oracle_general
 
     return Path(write_oracle_general(path, np.asarray(ids, dtype=np.int64)))
 

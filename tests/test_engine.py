@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from sitsprof.policies.engine import SimResult, check_capacity, simulate, simulate_many
 from sitsprof.policies.errors import CapacityError, PolicyEngineError
-from sitsprof.policies.readers import trace_from_requests
+from sitsprof.policies.traces.ids import trace_from_requests
 from sitsprof.policies.registry import MODULES, POLICIES, get_policy, policy_names
-from sitsprof.policies.trace import Trace
+from sitsprof.policies.traces.trace import Trace
 
 
 def requests_trace(requests, input_tokens=None) -> Trace:
@@ -191,7 +191,7 @@ def test_constant_columns_give_the_same_results_as_materialised_ones():
     copies and give exactly what contiguous columns give."""
     import dataclasses
 
-    from sitsprof.policies.readers import trace_from_ids
+    from sitsprof.policies.traces.ids import trace_from_ids
 
     rng = np.random.default_rng(5)
     ids = rng.integers(0, 50, size=2000)

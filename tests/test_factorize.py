@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from sitsprof.policies.factorize import factorize_int64
-from sitsprof.policies.readers import dense_ids
+from sitsprof.policies.traces.factorize import factorize_int64
+from sitsprof.policies.traces.ids import dense_ids
 
 
 def _first_appearance(ids: np.ndarray) -> np.ndarray:
@@ -75,7 +75,7 @@ def test_oracle_and_mooncake_paths_do_not_import_pandas(tmp_path):
     import subprocess
     import sys
 
-    from sitsprof.policies.readers import write_oracle_general
+    from sitsprof.policies.traces.oracle import write_oracle_general
 
     oracle = write_oracle_general(tmp_path / "t.oracleGeneral", np.array([5, 1, 5, 2**40, 1]))
     mooncake = tmp_path / "t.jsonl"
@@ -85,7 +85,7 @@ def test_oracle_and_mooncake_paths_do_not_import_pandas(tmp_path):
         "import sys\n"
         "from sitsprof.policies.engine import simulate\n"
         "from sitsprof.policies.mrc import lru_hit_ratio_curve\n"
-        "from sitsprof.policies.readers import read_trace\n"
+        "from sitsprof.policies.traces.detect import read_trace\n"
         f"for path in ({str(oracle)!r}, {str(mooncake)!r}):\n"
         "    trace = read_trace(path)\n"
         "    simulate(trace, 'lru', 2)\n"

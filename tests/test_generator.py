@@ -7,7 +7,8 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from sitsprof.policies.generator import (
+from sitsprof.policies.traces.detect import read_trace
+from sitsprof.policies.traces.generator import (
     DEFAULT_STACKS,
     PRIORITY_CLASSES,
     STACK_NAMES,
@@ -17,7 +18,6 @@ from sitsprof.policies.generator import (
     write_mooncake_jsonl,
     write_requests_jsonl,
 )
-from sitsprof.policies.readers import read_trace
 
 TRACE_FIELDS = ("time", "request", "block", "original_id", "position", "tokens", "tenant")
 

@@ -15,7 +15,8 @@ from sitsprof.policies.mrc import (
     lru_hit_ratio_curve,
     lru_stack_distances,
 )
-from sitsprof.policies.readers import read_trace, trace_from_ids
+from sitsprof.policies.traces.detect import read_trace
+from sitsprof.policies.traces.ids import trace_from_ids
 
 
 def test_stack_distances_by_hand():

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from libcachesim_ref import lcs_hit_ratio, write_oracle, zipf_ids
 from sitsprof.policies.engine import simulate
-from sitsprof.policies.readers import read_trace, trace_from_ids, trace_from_requests
-from sitsprof.policies.trace import Trace
+from sitsprof.policies.traces.detect import read_trace
+from sitsprof.policies.traces.ids import trace_from_ids, trace_from_requests
+from sitsprof.policies.traces.trace import Trace
 
 pytest.importorskip("libcachesim")
 

@@ -9,15 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sitsprof.policies.errors import TraceFormatError
-from sitsprof.policies.readers import (
-    ORACLE_DTYPE,
-    detect_format,
-    next_access_vtime,
-    read_trace,
-    trace_from_ids,
-    write_csv,
-    write_oracle_general,
-)
+from sitsprof.policies.traces.csvfile import write_csv
+from sitsprof.policies.traces.detect import detect_format, read_trace
+from sitsprof.policies.traces.ids import trace_from_ids
+from sitsprof.policies.traces.oracle import ORACLE_DTYPE, next_access_vtime, write_oracle_general
 
 
 def _brute_next(ids):
@@ -377,19 +372,19 @@ def _same_trace(a, b):
     header=st.booleans(),
 )
 def test_csv_fast_path_equals_line_reader(tmp_path_factory, rows, width, header):
-    from sitsprof.policies import readers
+    from sitsprof.policies.traces import csvfile
 
     path = tmp_path_factory.mktemp("csv") / "p.csv"
     names = ["timestamp", "obj_id", "size", "tenant"][:width]
     lines = ([",".join(names)] if header else []) + [",".join(map(str, row[:width])) for row in rows]
     path.write_text("\n".join(lines) + "\n")
-    fast = readers._read_csv_fast(path)
+    fast = csvfile._read_csv_fast(path)
     assert fast is not None
-    _same_trace(fast, readers._read_csv_lines(path, skip_bad_lines=False))
+    _same_trace(fast, csvfile._read_csv_lines(path, skip_bad_lines=False))
 
 
 def test_csv_fast_path_is_taken_and_falls_back(tmp_path, monkeypatch):
-    from sitsprof.policies import readers
+    from sitsprof.policies.traces import csvfile
 
     clean = tmp_path / "clean.csv"
     clean.write_text("timestamp,obj_id,tenant\n0,1,a\n1,2,b\n2,1,a\n".replace("timestamp,obj_id,tenant", "ts,id,tenant"))
@@ -400,7 +395,7 @@ def test_csv_fast_path_is_taken_and_falls_back(tmp_path, monkeypatch):
         raise AssertionError("the line reader ran on a clean file")
 
     with monkeypatch.context() as patch:
-        patch.setattr(readers, "_read_csv_lines", no_slow_path)
+        patch.setattr(csvfile, "_read_csv_lines", no_slow_path)
         assert read_trace(clean).tenant_names == ("a", "b")
         with pytest.raises(AssertionError, match="line reader"):
             read_trace(messy)
@@ -435,7 +430,7 @@ def test_unreadable_file_is_a_trace_error(tmp_path, monkeypatch):
 def test_oracle_sizes_and_constant_columns_across_chunks(tmp_path):
     """Sizes equal so far cost nothing; a different size later (in a later chunk) fills the
     column; one-reference requests get int32 request ids and read-only constant columns."""
-    from sitsprof.policies.readers import read_oracle, write_oracle_general
+    from sitsprof.policies.traces.oracle import read_oracle, write_oracle_general
 
     ids = np.array([3, 1, 3, 9, 1, 3, 7], dtype=np.int64)
     for sizes in ([4] * 7, [4, 4, 4, 4, 4, 9, 4], [2, 4, 4, 4, 4, 4, 4]):

@@ -10,7 +10,7 @@ from sitsprof.reports.demo import demo_report, find_example_run
 
 @pytest.fixture(scope="module")
 def workload():
-    from sitsprof.policies import generator
+    from sitsprof.policies.traces import generator
     from sitsprof.policies.engine import simulate_many
 
     requests = generator.generate_requests(seed=1, duration_s=240.0)

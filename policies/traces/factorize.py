@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .hashing import GOLDEN
+
 _INT32_MAX = 2**31 - 1
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio, odd: Fibonacci hashing
 _MIN_BITS = 12
 
 
@@ -52,7 +53,7 @@ def _factorize_direct(keys, lo, table, codes):
 
 @njit(cache=True)
 def _slot(key, shift):
-    return np.intp((np.uint64(key) * _GOLDEN) >> shift)
+    return np.intp((np.uint64(key) * GOLDEN) >> shift)
 
 
 @njit(cache=True)

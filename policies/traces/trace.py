@@ -74,10 +74,10 @@ class Trace:
 
     @property
     def request_offsets(self) -> np.ndarray:
-        """CSR offsets: references of request r are [offsets[r], offsets[r+1])."""
-        # Counting references per request is O(n), a few times faster than a binary search
-        # per request on multi-million-reference traces; the same offsets for sorted requests.
-        offsets = np.zeros(self.n_requests + 1, dtype=np.int64)
-        if len(self.request):
-            np.cumsum(np.bincount(self.request, minlength=self.n_requests), out=offsets[1:])
-        return offsets
+        """CSR offsets: references of request r are [offsets[r], offsets[r+1]), int64.
+
+        Computed on each access (a frozen trace caches nothing); a caller that needs them
+        for many replays keeps the array."""
+        from .offsets import request_offsets  # compiled: numba loads only when replaying
+
+        return request_offsets(np.ascontiguousarray(self.request), self.n_requests)

@@ -50,8 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import TraceFormatError
-from .readers import dense_ids, trace_from_requests
+from ..errors import TraceFormatError
+from .ids import dense_ids, trace_from_requests
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
 PRIORITY_CLASSES: tuple[str, ...] = ("high", "normal", "low")

@@ -1,0 +1,88 @@
+"""Bad-input bookkeeping and JSONL rows, shared by every reader.
+
+A reader either stops at the first bad line with a `TraceFormatError` naming the file, the
+line (or record) and the problem, or, with `skip_bad_lines=True`, drops bad lines, counts
+them in `Trace.skipped_lines` and keeps the first few in `Trace.skipped_examples`. One
+`BadLines` per read holds that choice, so the readers only say what is wrong where. The two
+JSONL formats (Mooncake, requests) also share the line loop and the `hash_ids` check.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from ..errors import TraceFormatError
+from .trace import Trace
+
+MAX_SKIP_EXAMPLES = 5
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class BadLines:
+    """Raises on the first bad line, or (skip mode) counts them and keeps a few examples."""
+
+    def __init__(self, path: Path, skip: bool):
+        self.path = path
+        self.skip = skip
+        self.count = 0
+        self.examples: list[str] = []
+
+    def bad(self, line: int, problem: str, fix: str | None = None) -> None:
+        if not self.skip:
+            raise TraceFormatError(self.path, problem, line=line, fix=fix)
+        self.count += 1
+        if len(self.examples) < MAX_SKIP_EXAMPLES:
+            self.examples.append(f"{self.path}:{line}: {problem}")
+
+    def empty(self, what: str) -> TraceFormatError:
+        """The error for a trace with nothing usable in it."""
+        if self.count:
+            return TraceFormatError(
+                self.path,
+                f"no valid {what}: all {self.count} were bad (first: {self.examples[0]})",
+            )
+        return TraceFormatError(self.path, f"empty trace: no {what}")
+
+
+def with_skips(trace: Trace, bad: BadLines) -> Trace:
+    """`trace` carrying the count and examples of the lines `bad` dropped."""
+    return dataclasses.replace(trace, skipped_lines=bad.count, skipped_examples=tuple(bad.examples))
+
+
+def is_int(value) -> bool:
+    return type(value) is int  # bool is a subclass of int and is not a count
+
+
+def hash_ids_problem(ids) -> str | None:
+    """Why a `hash_ids` field is unusable, or None when it is a non-empty list of int64 ids."""
+    if not isinstance(ids, list):
+        return f"hash_ids must be a list of integers, got {type(ids).__name__}"
+    if not ids:
+        return "hash_ids is empty (a request needs at least one block)"
+    if not all(type(h) is int for h in ids):
+        bad = next(h for h in ids if type(h) is not int)
+        return f"hash_ids holds a non-integer id {bad!r}"
+    if min(ids) < INT64_MIN or max(ids) > INT64_MAX:
+        return "hash_ids holds an id outside the 64-bit integer range"
+    return None
+
+
+def jsonl_rows(path: Path, bad: BadLines, problem_of):
+    """The parsed objects of a JSONL file that `problem_of` finds nothing wrong with."""
+    loads = json.loads
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, 1):
+            if not raw.strip():
+                continue
+            try:
+                row = loads(raw)
+            except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+                detail = getattr(exc, "msg", None) or type(exc).__name__
+                bad.bad(lineno, f"not valid JSON ({detail})")
+                continue
+            problem = problem_of(row)
+            if problem is not None:
+                bad.bad(lineno, problem)
+                continue
+            yield row

@@ -1,0 +1,61 @@
+"""Mooncake JSONL traces: one request a line, one block reference per hash id.
+
+One JSON object a line: `timestamp` (ms from the trace start), `input_length` and
+`output_length` (tokens) and `hash_ids` (one id per 512-token block of the prompt; an id
+names the block together with its whole prefix). Each line is one request; its blocks are
+its references, in order. Every block carries 512 tokens except the last, which carries
+`input_length - 512*(n-1)` clamped to [1, 512].
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from .ids import trace_from_requests
+from .lines import BadLines, hash_ids_problem, is_int, jsonl_rows, with_skips
+from .trace import DEFAULT_BLOCK_TOKENS, Trace
+
+_MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+def _mooncake_problem(row) -> str | None:
+    """Why a parsed Mooncake line is unusable, or None when it is fine."""
+    if not isinstance(row, dict):
+        return f"expected a JSON object, got {type(row).__name__}"
+    for name in _MOONCAKE_FIELDS:
+        if name not in row:
+            return f"missing field {name!r}"
+    ts = row["timestamp"]
+    if not (is_int(ts) or type(ts) is float) or not math.isfinite(ts):
+        return f"timestamp must be a number of milliseconds, got {ts!r}"
+    if ts < 0:
+        return f"negative timestamp {ts!r}"
+    for name in ("input_length", "output_length"):
+        value = row[name]
+        if not is_int(value):
+            return f"{name} must be an integer token count, got {value!r}"
+        if value < 0:
+            return f"negative size: {name} is {value}"
+    return hash_ids_problem(row["hash_ids"])
+
+
+def read_mooncake(path, skip_bad_lines: bool = False, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
+    """Read a Mooncake JSONL trace: one request a line, one reference per hash id."""
+    path = Path(path)
+    bad = BadLines(path, skip_bad_lines)
+    stamps: list = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    id_lists: list[list[int]] = []
+    for row in jsonl_rows(path, bad, _mooncake_problem):
+        stamps.append(row["timestamp"])
+        inputs.append(row["input_length"])
+        outputs.append(row["output_length"])
+        id_lists.append(row["hash_ids"])
+    if not id_lists:
+        raise bad.empty("requests")
+
+    trace = trace_from_requests(
+        id_lists, stamps, inputs, outputs, source=str(path), block_tokens=block_tokens
+    )
+    return with_skips(trace, bad) if bad.count else trace

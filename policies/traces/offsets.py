@@ -1,0 +1,26 @@
+"""Request offsets (CSR): where each request's references begin, computed in one place.
+
+Every replay, the cost model and the tenancy metrics index requests through these offsets
+(`Trace.request_offsets`). One compiled pass over the non-decreasing request column, with
+no temporary beyond the int64 result (np.bincount would first copy an int32 column to
+intp: a second trace-sized array on multi-million-reference traces).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def request_offsets(request, n_requests):
+    """Offsets such that the references of request r are [offsets[r], offsets[r+1])."""
+    offsets = np.empty(n_requests + 1, dtype=np.int64)
+    r = 0
+    for i in range(request.shape[0]):
+        while r <= request[i]:
+            offsets[r] = i
+            r += 1
+    while r <= n_requests:
+        offsets[r] = request.shape[0]
+        r += 1
+    return offsets

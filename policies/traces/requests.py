@@ -1,0 +1,68 @@
+"""The request JSONL format (DESIGN.md) with the block ids to replay; tenant = model stack.
+
+One JSON object a line: `model_stack`, `input_tokens`, `max_new_tokens` (and `request_id`,
+`priority_class`), plus the block ids to replay, `hash_ids`, and optionally `arrival_ms` and
+`output_tokens` (what `sitsprof policy generate --as requests` writes). A `.jsonl` file
+whose first object has `model_stack` is read as this format (`detect.py`).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .ids import trace_from_requests
+from .lines import BadLines, hash_ids_problem, is_int, jsonl_rows, with_skips
+from .trace import DEFAULT_BLOCK_TOKENS, Trace
+
+_REQUEST_HASH_FIX = "the request format needs block ids to be replayed; `sitsprof policy generate --as requests` writes them"
+
+
+def _request_problem(row) -> str | None:
+    """Why a parsed DESIGN.md request line is unusable, or None when it is fine."""
+    if not isinstance(row, dict):
+        return f"expected a JSON object, got {type(row).__name__}"
+    for name in ("model_stack", "input_tokens", "max_new_tokens"):
+        if name not in row:
+            return f"missing field {name!r}"
+    if "hash_ids" not in row:
+        return f"missing field 'hash_ids' ({_REQUEST_HASH_FIX})"
+    if not isinstance(row["model_stack"], str) or not row["model_stack"]:
+        return f"model_stack must be a non-empty string, got {row['model_stack']!r}"
+    for name in ("input_tokens", "max_new_tokens", "output_tokens", "arrival_ms"):
+        if name not in row:
+            continue
+        value = row[name]
+        if not (is_int(value) or (name == "arrival_ms" and type(value) is float and math.isfinite(value))):
+            return f"{name} must be an integer, got {value!r}"
+        if value < 0:
+            return f"negative size: {name} is {value}"
+    return hash_ids_problem(row["hash_ids"])
+
+
+def read_requests(path, skip_bad_lines: bool = False, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
+    """Read DESIGN.md request JSONL carrying `hash_ids`; tenant = model stack."""
+    import pandas as pd
+
+    path = Path(path)
+    bad = BadLines(path, skip_bad_lines)
+    stamps: list = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    stacks: list[str] = []
+    id_lists: list[list[int]] = []
+    for row in jsonl_rows(path, bad, _request_problem):
+        stamps.append(row.get("arrival_ms", 0))
+        inputs.append(row["input_tokens"])
+        outputs.append(row.get("output_tokens", -1))
+        stacks.append(row["model_stack"])
+        id_lists.append(row["hash_ids"])
+    if not id_lists:
+        raise bad.empty("requests")
+    codes, names = pd.factorize(np.asarray(stacks, dtype=object), sort=False)
+    trace = trace_from_requests(
+        id_lists, stamps, inputs, outputs, tenant=codes, tenant_names=tuple(str(n) for n in names),
+        source=str(path), block_tokens=block_tokens,
+    )
+    return with_skips(trace, bad) if bad.count else trace
