@@ -1,1 +1,40 @@
-"""placeholder"""
+"""The calibration file: the one seam between the measuring half (probes, collectors,
+reports) and the policy half of sitsprof.
+
+`reports` builds calibrations from runs and writes them through this package; `policies`
+reads them through it. It imports nothing of sitsprof but `common`, so neither half has to
+import the other to agree on the file.
+"""
+from __future__ import annotations
+
+from .errors import CalibrationError
+from .io import DATA_DIR, REFERENCE, load_calibration, reference_path, write_calibration
+from .latency import latency_ns
+from .schema import (
+    BANDWIDTH_KEYS,
+    LATENCY_UNITS,
+    PROVENANCE_KINDS,
+    QUANTILE_KEYS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    TIERS,
+    validate_calibration,
+)
+
+__all__ = [
+    "BANDWIDTH_KEYS",
+    "DATA_DIR",
+    "LATENCY_UNITS",
+    "PROVENANCE_KINDS",
+    "QUANTILE_KEYS",
+    "REFERENCE",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "TIERS",
+    "CalibrationError",
+    "latency_ns",
+    "load_calibration",
+    "reference_path",
+    "validate_calibration",
+    "write_calibration",
+]

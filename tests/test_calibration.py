@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sitsprof.reports.calibration import (
+from sitsprof.calibration import (
     CalibrationError,
     latency_ns,
     load_calibration,

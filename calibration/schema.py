@@ -16,11 +16,10 @@ with the dotted path of the offending field (``latency.hbm.quantiles.p99: ...``)
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-from pathlib import Path
 from typing import Any
+
+from .errors import CalibrationError
 
 SCHEMA = "sitsprof.calibration"
 SCHEMA_VERSION = 1
@@ -29,20 +28,6 @@ QUANTILE_KEYS = ("p50", "p90", "p95", "p99", "p999")
 PROVENANCE_KINDS = ("measured", "published")
 LATENCY_UNITS = ("cycles", "ns")
 BANDWIDTH_KEYS = ("hbm_read_gbs", "hbm_write_gbs", "hbm_copy_gbs", "l2_read_gbs", "host_to_device_gbs")
-DATA_DIR = Path(__file__).resolve().parent / "data"
-REFERENCE = "hopper-published"
-
-
-class CalibrationError(ValueError):
-    """A calibration file that is missing, unreadable or invalid; names the field."""
-
-    exit_code = 2
-
-    def __init__(self, field: str, problem: str, path: str | None = None):
-        self.field = field
-        self.problem = problem
-        where = f"{path}: " if path else ""
-        super().__init__(f"{where}{field}: {problem}")
 
 
 def _fail(field: str, problem: str):
@@ -235,57 +220,3 @@ def validate_calibration(obj: Any) -> dict:
             _fail("compute.achieved_fraction", f"must be at most 1, got {frac:g}")
         _check_source(compute, "compute", kind, ids)
     return obj
-
-
-def reference_path(name: str = REFERENCE) -> Path:
-    """Path of a calibration shipped with sitsprof (``hopper-published``)."""
-    return DATA_DIR / f"{name}.json"
-
-
-def load_calibration(path: str | os.PathLike | None = None) -> dict:
-    """Read and validate a calibration file; ``None`` or a shipped name loads the reference."""
-    if path is None or (isinstance(path, str) and reference_path(path).exists() and not Path(path).exists()):
-        path = reference_path(path or REFERENCE)
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CalibrationError("(file)", f"cannot read: {exc.strerror or exc}", str(path)) from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CalibrationError("(file)", f"not JSON: {exc.msg} at line {exc.lineno}", str(path)) from None
-    try:
-        return validate_calibration(obj)
-    except CalibrationError as exc:
-        raise CalibrationError(exc.field, exc.problem, str(path)) from None
-
-
-def write_calibration(obj: dict, path: str | os.PathLike) -> Path:
-    """Validate, then write atomically (temporary file, fsync, rename)."""
-    from sitsprof.collectors.rundir import atomic_write_text
-
-    validate_calibration(obj)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
-    return path
-
-
-def latency_ns(calibration: dict, tier: str, quantile: str = "p50") -> float:
-    """A tier's latency quantile in nanoseconds (cycles are converted with clocks.sm_mhz).
-
-    Falls back to the highest quantile present below the one asked for (a published file
-    may only give a median).
-    """
-    entry = calibration["latency"].get(tier)
-    if entry is None:
-        raise CalibrationError(f"latency.{tier}", "is null in this calibration")
-    q = entry["quantiles"]
-    if quantile not in q:
-        order = QUANTILE_KEYS[: QUANTILE_KEYS.index(quantile) + 1]
-        quantile = [k for k in order if k in q][-1]
-    value = float(q[quantile])
-    if entry["unit"] == "cycles":
-        value = value * 1e3 / float(calibration["clocks"]["sm_mhz"])
-    return value
