@@ -1,9 +1,18 @@
-"""Shared test fixtures: GPU detection for `-m gpu` tests and the shared Mooncake trace."""
+"""Shared test fixtures: GPU detection for `-m gpu` tests, the shared Mooncake trace, the fake
+NVML, the in-process CLI and the HTML reference scanner.
+
+Helpers that several test modules use live here, as fixtures, so that no test module imports
+another (the fakes, `fake_nvml.py` and `libcachesim_ref.py`, are plain modules beside them).
+"""
 from __future__ import annotations
 
+import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+
+import fake_nvml
 
 ROOT = Path(__file__).resolve().parent.parent
 MOONCAKE = ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
@@ -45,3 +54,55 @@ def mooncake_path() -> Path:
     if not MOONCAKE.exists():
         pytest.skip(f"shared Mooncake trace not found at {MOONCAKE}")
     return MOONCAKE
+
+
+@pytest.fixture
+def fake_gpu(tmp_path, monkeypatch):
+    """A fake H200 behind pynvml, its state in a file that child processes share."""
+    path = fake_nvml.write_state(tmp_path / "fake-nvml.json")
+    monkeypatch.setenv(fake_nvml.ENV, str(path))
+    monkeypatch.setenv("SITSPROF_STATE_DIR", str(tmp_path / "state"))
+    fake = fake_nvml.install(path)
+    yield fake
+    fake_nvml.uninstall()
+
+
+@pytest.fixture
+def cli(capsys):
+    """`sitsprof ARGS...` in this process: `cli(*args) -> (exit code, stdout, stderr)`."""
+    from sitsprof.cli.main import main
+
+    def run(*args):
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+class HtmlRefs(HTMLParser):
+    """Every URL-bearing attribute and every start tag of an HTML document."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.refs: list[tuple[str, str, str]] = []
+        self.tags: list[str] = []
+        self.feed(html)
+        self.external = [v for _, _, v in self.refs if not v.startswith("#")]
+        for style in re.findall(r"<style[^>]*>(.*?)</style>", html, flags=re.S | re.I):
+            self.external += re.findall(r"url\(([^)]*)\)", style) + re.findall(r"@import\s+([^;]+)", style)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        for name, value in attrs:
+            if name in ("src", "href", "srcset", "data", "poster", "action", "formaction") and value:
+                self.refs.append((tag, name, value))
+            if name == "style" and value and "url(" in value:
+                self.refs.append((tag, name, value))
+
+
+@pytest.fixture
+def html_refs():
+    """`html_refs(html)`: its tags and `external`, the URLs a browser would fetch (tag
+    attributes plus CSS url(...) and @import in <style>)."""
+    return HtmlRefs

@@ -16,7 +16,8 @@ in pairs, GPM support reported through `nvmlGpmSupport_t.isSupportedDevice`.
 State is a dict (`DEFAULT_STATE` shape). With a state file (`SITSPROF_FAKE_NVML` names it),
 clock changes are written back, so a second process sees what the first locked: that is how
 the SIGKILL tests check recovery. Use `install(state_or_path)` in-process, or run a child
-through `tests/fakenvml/run_sitsprof.py`, which installs it from the environment first.
+through `tests/fakenvml/run_sitsprof.py`, which installs it from the environment first. The
+`fake_gpu` fixture (tests/conftest.py) installs it with a state file for one test.
 """
 from __future__ import annotations
 
@@ -502,6 +503,14 @@ class _NoLibrary:
 _ORIGINAL_CDLL = None
 
 
+def _forget_nvml_session() -> None:
+    """Make sitsprof's NVML session initialise again: the library underneath it was swapped."""
+    from sitsprof.pmu import nvml as session
+
+    with session._lock:
+        session._started = False
+
+
 def install(state=None) -> FakeNvmlLib | None:
     """Swap the fake into pynvml (state: a dict, a path to a JSON state file, or None for $SITSPROF_FAKE_NVML).
 
@@ -519,11 +528,7 @@ def install(state=None) -> FakeNvmlLib | None:
         _ORIGINAL_CDLL = pynvml.CDLL
     pynvml._nvmlGetFunctionPointer_cache.clear()
     pynvml._nvmlLib_refcount = 0
-    try:
-        from sitsprof.pmu import nvml as session
-        session.reset_session()
-    except ImportError:  # pragma: no cover - before pmu exists
-        pass
+    _forget_nvml_session()
     if state.get("driver") == "no_library":
         pynvml.nvmlLib = None
         pynvml.CDLL = _NoLibrary
@@ -542,11 +547,7 @@ def uninstall() -> None:
     pynvml.nvmlLib = None
     pynvml._nvmlGetFunctionPointer_cache.clear()
     pynvml._nvmlLib_refcount = 0
-    try:
-        from sitsprof.pmu import nvml as session
-        session.reset_session()
-    except ImportError:  # pragma: no cover
-        pass
+    _forget_nvml_session()
 
 
 def write_state(path, state: dict | None = None) -> Path:
@@ -557,21 +558,3 @@ def write_state(path, state: dict | None = None) -> Path:
 
 def read_state(path) -> dict:
     return json.loads(Path(path).read_text())
-
-
-# -- pytest fixtures (import them into a test module: `from fake_nvml import fake_gpu`) ------
-try:
-    import pytest
-except ImportError:  # pragma: no cover - the bench imports this module without pytest
-    pytest = None
-
-if pytest is not None:
-    @pytest.fixture
-    def fake_gpu(tmp_path, monkeypatch):
-        """A fake H200 behind pynvml, its state in a file that child processes share."""
-        path = write_state(tmp_path / "fake-nvml.json")
-        monkeypatch.setenv(ENV, str(path))
-        monkeypatch.setenv("SITSPROF_STATE_DIR", str(tmp_path / "state"))
-        fake = install(path)
-        yield fake
-        uninstall()

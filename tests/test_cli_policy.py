@@ -8,18 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from sitsprof.cli.main import main
 from sitsprof.cli.policy import parse_capacities
 from sitsprof.policies.engine import simulate
 from sitsprof.policies.errors import CapacityError
-from sitsprof.policies.generator import generate_requests, write_mooncake_jsonl
-from sitsprof.policies.readers import read_trace
-
-
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+from sitsprof.policies.traces.detect import read_trace
+from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +22,8 @@ def small_trace(tmp_path_factory):
     return path
 
 
-def test_simulate_json_equals_the_engine(capsys, small_trace):
-    code, out, err = run(capsys, "policy", "simulate", str(small_trace), "-p", "lru,fifo", "-c", "100,2k", "--json")
+def test_simulate_json_equals_the_engine(cli, small_trace):
+    code, out, err = cli("policy", "simulate", str(small_trace), "-p", "lru,fifo", "-c", "100,2k", "--json")
     assert code == 0, err
     doc = json.loads(out)
     trace = read_trace(small_trace)
@@ -47,28 +40,28 @@ def test_simulate_json_equals_the_engine(capsys, small_trace):
     assert err == ""  # no progress bar or warnings around machine-readable output
 
 
-def test_simulate_real_mooncake_lru(capsys, mooncake_path):
-    code, out, _ = run(capsys, "policy", "simulate", str(mooncake_path), "-p", "LRU", "-c", "10000", "--json")
+def test_simulate_real_mooncake_lru(cli, mooncake_path):
+    code, out, _ = cli("policy", "simulate", str(mooncake_path), "-p", "LRU", "-c", "10000", "--json")
     assert code == 0
     doc = json.loads(out)
     assert doc["trace"]["references"] == 288_500 and doc["trace"]["distinct_blocks"] == 182_790
     assert doc["results"][0]["block_hit_ratio"] == pytest.approx(0.2112, abs=0.001)  # DESIGN.md
 
 
-def test_simulate_csv_and_table(capsys, small_trace):
-    code, out, _ = run(capsys, "policy", "simulate", str(small_trace), "-p", "lru", "-c", "1%,50", "--csv")
+def test_simulate_csv_and_table(cli, small_trace):
+    code, out, _ = cli("policy", "simulate", str(small_trace), "-p", "lru", "-c", "1%,50", "--csv")
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))
     n_blocks = read_trace(small_trace).n_blocks
     assert [int(r["capacity"]) for r in rows] == [round(n_blocks / 100), 50]
     assert {"block_hit_ratio", "token_hit_ratio", "prefix_hit_ratio", "evictions"} <= set(rows[0])
-    code, out, _ = run(capsys, "policy", "simulate", str(small_trace), "-p", "lru,fifo", "-c", "100")
+    code, out, _ = cli("policy", "simulate", str(small_trace), "-p", "lru,fifo", "-c", "100")
     assert code == 0
     assert "block hit" in out and "prefix hit" in out and "fifo" in out and f"{n_blocks:,} distinct blocks" in out
 
 
-def test_json_and_csv_together_is_a_usage_error(capsys, small_trace):
-    code, _, err = run(capsys, "policy", "simulate", str(small_trace), "--json", "--csv")
+def test_json_and_csv_together_is_a_usage_error(cli, small_trace):
+    code, _, err = cli("policy", "simulate", str(small_trace), "--json", "--csv")
     assert code == 2 and "pick one" in err
 
 
@@ -80,21 +73,21 @@ def test_json_and_csv_together_is_a_usage_error(capsys, small_trace):
         (["-p", "mru"], "unknown policy 'mru'"),
     ],
 )
-def test_bad_options_are_one_line_errors(capsys, small_trace, args, message):
-    code, out, err = run(capsys, "policy", "simulate", str(small_trace), *args, "--json")
+def test_bad_options_are_one_line_errors(cli, small_trace, args, message):
+    code, out, err = cli("policy", "simulate", str(small_trace), *args, "--json")
     assert code == 2 and out == ""
     assert err.startswith("sitsprof: error: ") and message in err and err.count("\n") == 1
 
 
-def test_bad_trace_line_exit_2_then_skip(tmp_path, capsys):
+def test_bad_trace_line_exit_2_then_skip(tmp_path, cli):
     good = '{"timestamp": 0, "input_length": 900, "output_length": 3, "hash_ids": [1, 2]}'
     path = tmp_path / "t.jsonl"
     path.write_text(f"{good}\n{good}\n{{oops\n{good}\n" + good.replace("[1, 2]", "[1, -2.5]") + "\n")
-    code, out, err = run(capsys, "policy", "simulate", str(path), "-p", "lru", "-c", "10", "--json")
+    code, out, err = cli("policy", "simulate", str(path), "-p", "lru", "-c", "10", "--json")
     assert code == 2 and out == ""
     assert err == f"sitsprof: error: {path}:3: not valid JSON (Expecting property name enclosed in double quotes)\n"
 
-    code, out, err = run(capsys, "policy", "simulate", str(path), "-p", "lru", "-c", "10", "--json", "--skip-bad-lines")
+    code, out, err = cli("policy", "simulate", str(path), "-p", "lru", "-c", "10", "--json", "--skip-bad-lines")
     assert code == 0
     doc = json.loads(out)
     assert doc["trace"]["skipped_lines"] == 2 and doc["trace"]["requests"] == 3
@@ -103,27 +96,27 @@ def test_bad_trace_line_exit_2_then_skip(tmp_path, capsys):
     assert doc["results"][0]["hits"] == 4  # requests 2 and 3 hit both blocks
 
 
-def test_missing_and_empty_trace(tmp_path, capsys):
-    code, _, err = run(capsys, "policy", "simulate", str(tmp_path / "none.jsonl"))
+def test_missing_and_empty_trace(tmp_path, cli):
+    code, _, err = cli("policy", "simulate", str(tmp_path / "none.jsonl"))
     assert code == 2 and "none.jsonl: no such file" in err
     empty = tmp_path / "empty.csv"
     empty.write_text("timestamp,obj_id\n")
-    code, _, err = run(capsys, "policy", "mrc", str(empty))
+    code, _, err = cli("policy", "mrc", str(empty))
     assert code == 2 and "empty trace" in err
 
 
-def test_oracle_format_flag(tmp_path, capsys):
-    from sitsprof.policies.readers import write_oracle_general
+def test_oracle_format_flag(tmp_path, cli):
+    from sitsprof.policies.traces.oracle import write_oracle_general
 
     ids = np.random.default_rng(0).zipf(1.3, size=3_000) % 500
     path = write_oracle_general(tmp_path / "z.dat", ids)
-    code, out, err = run(capsys, "policy", "simulate", str(path), "--format", "oracle", "-p", "lru", "-c", "50", "--json")
+    code, out, err = cli("policy", "simulate", str(path), "--format", "oracle", "-p", "lru", "-c", "50", "--json")
     assert code == 0, err
     assert json.loads(out)["results"][0]["hits"] == simulate(ids, "lru", 50).hits
 
 
-def test_mrc_json_matches_lru_simulation(capsys, small_trace):
-    code, out, err = run(capsys, "policy", "mrc", str(small_trace), "--points", "4", "--json")
+def test_mrc_json_matches_lru_simulation(cli, small_trace):
+    code, out, err = cli("policy", "mrc", str(small_trace), "--points", "4", "--json")
     assert code == 0, err
     points = json.loads(out)["points"]
     trace = read_trace(small_trace)
@@ -134,7 +127,7 @@ def test_mrc_json_matches_lru_simulation(capsys, small_trace):
     for p in points[:2]:
         assert p["hit_ratio"] == pytest.approx(simulate(trace, "lru", p["capacity"]).block_hit_ratio, abs=1e-12)
         assert p["miss_ratio"] == pytest.approx(1 - p["hit_ratio"])
-    code, out, _ = run(capsys, "policy", "mrc", str(small_trace), "--points", "2")
+    code, out, _ = cli("policy", "mrc", str(small_trace), "--points", "2")
     assert code == 0 and "hit ratio" in out and f"{trace.n_blocks:,}" in out
 
 
@@ -147,21 +140,21 @@ def test_parse_capacities():
             parse_capacities(bad, 100)
 
 
-def test_list_and_generate(tmp_path, capsys):
+def test_list_and_generate(tmp_path, cli):
     from sitsprof.policies.registry import policy_names
 
-    code, out, _ = run(capsys, "policy", "list")
+    code, out, _ = cli("policy", "list")
     assert code == 0 and all(name in out for name in policy_names())
     out_path = tmp_path / "w.jsonl"
-    code, out, _ = run(capsys, "policy", "generate", str(out_path), "--seed", "2", "--duration", "60")
+    code, out, _ = cli("policy", "generate", str(out_path), "--seed", "2", "--duration", "60")
     assert code == 0
     assert read_trace(out_path).n_requests == len(generate_requests(seed=2, duration_s=60))
     assert "wrote" in out
 
 
-def test_demo_writes_results(tmp_path, capsys):
+def test_demo_writes_results(tmp_path, cli):
     out_dir = tmp_path / "demo"
-    code, out, err = run(capsys, "demo", "--out", str(out_dir), "--duration", "120", "-p", "lru,s3fifo")
+    code, out, err = cli("demo", "--out", str(out_dir), "--duration", "120", "-p", "lru,s3fifo")
     assert code == 0, err
     doc = json.loads((out_dir / "results.json").read_text())
     assert doc["policies"] == ["lru", "s3fifo"] and len(doc["capacities"]) == 5

@@ -5,7 +5,6 @@ import socket
 import time
 import urllib.request
 
-from fake_nvml import fake_gpu  # noqa: F401 - fixture
 from prometheus_client.parser import text_string_to_metric_families
 
 from sitsprof.collectors.exporter import serve

@@ -5,7 +5,6 @@ import sys
 
 import pytest
 import fake_nvml
-from fake_nvml import fake_gpu  # noqa: F401 - fixture
 
 from sitsprof.cli.main import main
 from sitsprof.collectors.errors import CollectorError

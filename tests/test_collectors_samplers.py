@@ -5,7 +5,6 @@ import time
 
 import pytest
 import fake_nvml
-from fake_nvml import fake_gpu  # noqa: F401 - fixture
 
 from sitsprof.collectors.errors import SamplerError
 from sitsprof.collectors.gpm_sampler import GpmSampler

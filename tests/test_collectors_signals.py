@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import fake_nvml
-from fake_nvml import fake_gpu  # noqa: F401 - fixture
 
 from sitsprof.collectors.rundir import open_run
 
@@ -93,6 +92,6 @@ def test_sigkill_leaves_incomplete_run_and_stale_lock(fake_gpu, tmp_path):
     assert reset.returncode == 0, reset.stderr
     assert "left locked by sitsprof" in reset.stdout
     assert _locked(state) is None and _lock_files(tmp_path) == []
-    from sitsprof.pmu.clocks import stale_lock_warning
+    from sitsprof.pmu.lockstate import stale_lock_warning
 
     assert stale_lock_warning() is None  # the next command no longer warns

@@ -4,9 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from fake_nvml import fake_gpu  # noqa: F401 - fixture
 
-from sitsprof.pmu import clocks
+from sitsprof.pmu import clocks, lockstate
 from sitsprof.pmu.errors import ClockPermissionError, ClockValueError
 
 
@@ -85,31 +84,31 @@ def test_mode_none_changes_nothing_and_records_drift(fake_gpu):
 
 def test_stale_record_warns_and_reset_restores(fake_gpu, tmp_path):
     clocks.apply_clocks(0, {"sm": 1500, "memory": None})
-    record = clocks._record(0, _dev(fake_gpu)["uuid"], {"sm": 1500, "memory": None}, {}, persistent=False)
+    record = lockstate.new_record(0, _dev(fake_gpu)["uuid"], {"sm": 1500, "memory": None}, {}, persistent=False)
     record["pid"] = 2**22 + 12345  # a process that no longer exists
-    clocks._write_state(clocks._state_path(_dev(fake_gpu)["uuid"]), record)
-    assert "sitsprof clocks reset" in clocks.stale_lock_warning()
+    lockstate.write_state(lockstate.state_path(_dev(fake_gpu)["uuid"]), record)
+    assert "sitsprof clocks reset" in lockstate.stale_lock_warning()
     done = clocks.reset_clocks()
     assert [d["index"] for d in done] == [0]
     assert _dev(fake_gpu)["locked_gpu"] is None
-    assert clocks.stale_lock_warning() is None
+    assert lockstate.stale_lock_warning() is None
 
 
 def test_persistent_lock_is_not_stale(fake_gpu):
     clocks.lock_persistent(0, sm="base")
     assert _dev(fake_gpu)["locked_gpu"] == [1755, 1755]
-    assert clocks.stale_lock_warning() is None
-    assert clocks.lock_records()[0]["persistent"]
+    assert lockstate.stale_lock_warning() is None
+    assert lockstate.lock_records()[0]["persistent"]
     clocks.reset_clocks()
-    assert _dev(fake_gpu)["locked_gpu"] is None and clocks.lock_records() == []
+    assert _dev(fake_gpu)["locked_gpu"] is None and lockstate.lock_records() == []
 
 
 def test_state_dir_defaults(monkeypatch, tmp_path):
     monkeypatch.delenv("SITSPROF_STATE_DIR", raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    assert clocks.state_dir() == tmp_path / "sitsprof"
+    assert lockstate.state_dir() == tmp_path / "sitsprof"
     monkeypatch.delenv("XDG_STATE_HOME")
-    assert str(clocks.state_dir()).endswith(".local/state/sitsprof")
+    assert str(lockstate.state_dir()).endswith(".local/state/sitsprof")
 
 
 def test_run_refuses_to_lock_over_clocks_lock(fake_gpu):

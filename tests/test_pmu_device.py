@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 import fake_nvml
-from fake_nvml import fake_gpu  # noqa: F401 - fixture
 
 from sitsprof.pmu.device import device_facts, event_reason_names
 from sitsprof.pmu.errors import NoGpuError, PmuError

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
 
 import numpy as np
 
@@ -13,33 +12,6 @@ from sitsprof.reports.html import (
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 
-class _Refs(HTMLParser):
-    """Collects every URL-bearing attribute and the script/link/img tags."""
-
-    def __init__(self):
-        super().__init__()
-        self.refs: list[tuple[str, str, str]] = []
-        self.tags: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append(tag)
-        for name, value in attrs:
-            if name in ("src", "href", "srcset", "data", "poster", "action", "formaction") and value:
-                self.refs.append((tag, name, value))
-            if name == "style" and value and "url(" in value:
-                self.refs.append((tag, name, value))
-
-
-def external_references(html: str) -> list[str]:
-    """URLs the browser would fetch: tag attributes plus CSS url(...) and @import in <style>."""
-    parser = _Refs()
-    parser.feed(html)
-    found = [v for _, _, v in parser.refs if not v.startswith("#")]
-    for style in re.findall(r"<style[^>]*>(.*?)</style>", html, flags=re.S | re.I):
-        found += re.findall(r"url\(([^)]*)\)", style) + re.findall(r"@import\s+([^;]+)", style)
-    return found
-
-
 def hostile_report() -> Report:
     table = Table(["host", "p99"], [[HOSTILE, 1.5], ["ok", 2.0]], title=HOSTILE, row_classes=["outlier", ""])
     fig = Figure(HOSTILE, line_traces([(HOSTILE, np.arange(5), np.arange(5.0))]),
@@ -48,12 +20,11 @@ def hostile_report() -> Report:
                   sections=[Section(HOSTILE, intro=HOSTILE, tables=[table], figures=[fig], notes=[HOSTILE])])
 
 
-def test_no_network_references_and_plotly_embedded_once():
+def test_no_network_references_and_plotly_embedded_once(html_refs):
     html = render_html(hostile_report())
-    assert external_references(html) == []
-    parser = _Refs()
-    parser.feed(html)
-    assert "link" not in parser.tags and "img" not in parser.tags and "iframe" not in parser.tags
+    refs = html_refs(html)
+    assert refs.external == []
+    assert "link" not in refs.tags and "img" not in refs.tags and "iframe" not in refs.tags
     assert not re.search(r"<script[^>]+src=", html, flags=re.I)
     assert html.count("plotly.js v") == 1  # the bundle's banner comment appears once
     assert len(html) < 6_000_000
@@ -86,3 +57,11 @@ def test_format_value():
     assert format_value(1234567) == "1,234,567"
     assert format_value(612.345) == "612.3" and format_value(0.0421) == "0.0421"
     assert format_value(np.float64(3.5e9)) == "3.5e+09" and format_value(True) == "yes"
+
+
+def test_the_reference_scanner_sees_references(html_refs):
+    """The scanner behind the 'no network reference' checks finds each kind it looks for."""
+    refs = html_refs('<img src="http://x/a.png"><a href="#top">t</a>'
+                     '<style>@import "y.css"; b{background:url(z.png)}</style>')
+    assert refs.external == ["http://x/a.png", "z.png", '"y.css"']
+    assert refs.tags == ["img", "a", "style"]

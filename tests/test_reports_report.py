@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-from test_reports_html import external_references
 
 from sitsprof.cli.main import main
 from sitsprof.reports.analysis import analyze_run
@@ -30,7 +29,7 @@ def test_fleet_outliers_rule():
     assert fleet_outliers([648, 648, 648, 700])[-1] is True          # MAD 0 but 8% off
 
 
-def test_fleet_report_marks_the_slow_node(fleet):
+def test_fleet_report_marks_the_slow_node(fleet, html_refs):
     runs = [analyze_run(p) for p in fleet]
     report = build_report(runs, detail_limit=2)
     fleet_table = report.sections[0].tables[0]
@@ -40,7 +39,7 @@ def test_fleet_report_marks_the_slow_node(fleet):
     assert titles[1].startswith("node-03") and any("Details below for 2 of 5" in n for n in report.sections[0].notes)
     html = render_html(report)
     assert HOSTILE not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert external_references(html) == []
+    assert html_refs(html).external == []
 
 
 def _policy_payload():

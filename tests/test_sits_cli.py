@@ -11,8 +11,7 @@ from sitsprof.policies.traces.generator import generate_requests, write_mooncake
 from sitsprof.policies.metrics import build_registry, exposition, serve
 from sitsprof.policies.traces.detect import read_trace
 from sitsprof.policies import sits
-from sitsprof.reports.calibration import load_calibration, write_calibration
-from test_cli_policy import run  # main(args) -> (exit code, stdout, stderr)
+from sitsprof.calibration import load_calibration, write_calibration
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +30,8 @@ def slow_hbm(tmp_path_factory):
     return write_calibration(cal, tmp_path_factory.mktemp("cal") / "slow.json")
 
 
-def test_simulate_sits_json_carries_events_cost_and_metrics(capsys, small_trace, slow_hbm):
-    code, out, err = run(capsys, "policy", "simulate", str(small_trace), "--policy", "sits,semantic-shard",
+def test_simulate_sits_json_carries_events_cost_and_metrics(cli, small_trace, slow_hbm):
+    code, out, err = cli("policy", "simulate", str(small_trace), "--policy", "sits,semantic-shard",
                          "--capacity", "300", "--calibration", str(slow_hbm), "--json")
     assert code == 0, err
     rows = {r["policy"]: r for r in json.loads(out)["results"]}
@@ -52,29 +51,29 @@ def test_simulate_sits_json_carries_events_cost_and_metrics(capsys, small_trace,
     assert direct.hits == rows["sits"]["hits"]
 
 
-def test_calibration_changes_the_cost_not_the_hits(capsys, small_trace, slow_hbm):
+def test_calibration_changes_the_cost_not_the_hits(cli, small_trace, slow_hbm):
     docs = []
     for extra in ([], ["--calibration", str(slow_hbm)]):
-        code, out, err = run(capsys, "policy", "simulate", str(small_trace), "-p", "lru", "-c", "300", "--json", *extra)
+        code, out, err = cli("policy", "simulate", str(small_trace), "-p", "lru", "-c", "300", "--json", *extra)
         assert code == 0, err
         docs.append(json.loads(out)["results"][0])
     assert docs[0]["hits"] == docs[1]["hits"]
     assert docs[1]["extra"]["cost"]["ttft_p50_ms"] > docs[0]["extra"]["cost"]["ttft_p50_ms"]
 
 
-def test_invalid_calibration_is_one_line_naming_the_field(capsys, small_trace, tmp_path):
+def test_invalid_calibration_is_one_line_naming_the_field(cli, small_trace, tmp_path):
     bad = tmp_path / "bad.json"
     cal = load_calibration()
     cal["latency"]["hbm"]["unit"] = "parsecs"
     bad.write_text(json.dumps(cal))
-    code, out, err = run(capsys, "policy", "simulate", str(small_trace), "-p", "sits", "-c", "300",
+    code, out, err = cli("policy", "simulate", str(small_trace), "-p", "sits", "-c", "300",
                          "--calibration", str(bad))
     assert code == 2 and out == ""
     assert err.strip() == f"sitsprof: error: {bad}: latency.hbm.unit: must be one of cycles, ns, got 'parsecs'"
 
 
-def test_serve_metrics_once_prints_the_named_metrics(capsys, small_trace):
-    code, out, err = run(capsys, "policy", "serve-metrics", str(small_trace), "-c", "300", "--once")
+def test_serve_metrics_once_prints_the_named_metrics(cli, small_trace):
+    code, out, err = cli("policy", "serve-metrics", str(small_trace), "-c", "300", "--once")
     assert code == 0, err
     for name in ("semantic_cache_hit_ratio", "shard_eviction_rate", "cross_tenant_cache_contamination_index",
                  "ttft_p99_seconds", "sits_behaviour_switches"):
@@ -99,8 +98,8 @@ def test_metrics_server_binds_localhost(small_trace):
         server.server_close()
 
 
-def test_demo_includes_the_sits_policies(capsys, tmp_path):
-    code, out, err = run(capsys, "demo", "--duration", "120", "--out", str(tmp_path / "demo"))
+def test_demo_includes_the_sits_policies(cli, tmp_path):
+    code, out, err = cli("demo", "--duration", "120", "--out", str(tmp_path / "demo"))
     assert code == 0, err
     doc = json.loads((tmp_path / "demo" / "results.json").read_text())
     policies = {r["policy"] for r in doc["results"]}
@@ -108,8 +107,8 @@ def test_demo_includes_the_sits_policies(capsys, tmp_path):
     assert "cost model: calibration hopper-published" in out
 
 
-def test_claims_rerun_the_brief_comparisons(capsys):
-    code, out, err = run(capsys, "policy", "claims", "--json")
+def test_claims_rerun_the_brief_comparisons(cli):
+    code, out, err = cli("policy", "claims", "--json")
     assert code == 0, err
     doc = json.loads(out)
     assert [d["workload"] for d in doc] == ["three-stack", "three-stack"]
@@ -121,13 +120,13 @@ def test_claims_rerun_the_brief_comparisons(capsys):
         assert row["ttft_p95_ms"] > 0 and 0 <= row["block_hit_ratio"] <= 1
 
 
-def test_simulate_flags_reach_the_policies(capsys, tmp_path):
+def test_simulate_flags_reach_the_policies(cli, tmp_path):
     from sitsprof.policies import semantic_shard
     from sitsprof.policies.traces.generator import write_requests_jsonl
 
     small_trace = tmp_path / "stacks.jsonl"  # the request format names each request's model stack
     write_requests_jsonl(generate_requests(seed=4, duration_s=300), small_trace)
-    code, out, err = run(capsys, "policy", "simulate", str(small_trace), "-p", "sits,semantic-shard,lirs",
+    code, out, err = cli("policy", "simulate", str(small_trace), "-p", "sits,semantic-shard,lirs",
                          "-c", "300", "--shard-key", "stack", "--ttl", "2m", "--window", "30s",
                          "--threshold-windows", "2", "-P", "hir_ratio=0.05", "-P", "margin=0", "--json")
     assert code == 0, err
@@ -152,8 +151,8 @@ def test_simulate_flags_reach_the_policies(capsys, tmp_path):
     (["-p", "sits", "-P", "window_refs=lots"], "window_refs='lots': give"),
     (["-p", "lru", "--threshold"], "no selected policy takes parameter threshold"),
 ])
-def test_bad_policy_parameters_are_one_line_errors(capsys, small_trace, args, message):
-    code, out, err = run(capsys, "policy", "simulate", str(small_trace), "-c", "300", *args)
+def test_bad_policy_parameters_are_one_line_errors(cli, small_trace, args, message):
+    code, out, err = cli("policy", "simulate", str(small_trace), "-c", "300", *args)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
@@ -179,7 +178,7 @@ def test_notes_count_switches_in_the_right_number():
     assert _notes(SimpleNamespace(extra={"switches": 0, "behaviour_share": share})).startswith("0 switches")
 
 
-def test_demo_times_the_replay_after_a_warm_up(capsys, tmp_path, monkeypatch):
+def test_demo_times_the_replay_after_a_warm_up(cli, tmp_path, monkeypatch):
     """The timed replay comes after an untimed one at the smallest capacity (the JIT compile)."""
     from sitsprof.cli import sits as sits_cli
 
@@ -188,7 +187,7 @@ def test_demo_times_the_replay_after_a_warm_up(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(sits_cli, "run_policies",
                         lambda trace, policies, capacities, **kw: calls.append(list(capacities))
                         or real(trace, policies, capacities, **kw))
-    code, out, err = run(capsys, "demo", "--duration", "120", "-p", "lru", "--out", str(tmp_path / "demo"))
+    code, out, err = cli("demo", "--duration", "120", "-p", "lru", "--out", str(tmp_path / "demo"))
     assert code == 0, err
     assert len(calls) == 2 and calls[0] == calls[1][:1] and len(calls[1]) > 1
     assert "kernels compiled beforehand" in " ".join(out.split())  # the title may wrap
