@@ -45,7 +45,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
     if ctx.invoked_subcommand != "clocks":  # `clocks show/reset` report stale locks themselves
-        from sitsprof.pmu.clocks import warn_stale_locks  # reads a state file only, no NVML
+        from sitsprof.pmu.lockstate import warn_stale_locks  # reads a state file only, no NVML
 
         warn_stale_locks()
 

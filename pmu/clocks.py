@@ -5,115 +5,30 @@
 `nvmlDeviceGetSupportedGraphicsClocks` / `nvmlDeviceGetSupportedMemoryClocks`, and resets them
 (`nvmlDeviceReset*LockedClocks`) on normal exit, on an exception, on SIGINT and on SIGTERM.
 
-Before it changes anything it writes a state file (one per GPU, in `state_dir()`); the file
-goes away once the clocks are restored. A process killed with SIGKILL leaves the file behind:
-the next `sitsprof` command warns (`stale_locks()`), and `sitsprof clocks reset` restores the
-clocks and removes it. Note that a reset returns the clocks to the driver default, not to a
+Before it changes anything it writes a lock record (`pmu.lockstate`); the record goes away
+once the clocks are restored. A process killed with SIGKILL leaves it behind: the next
+`sitsprof` command warns, and `sitsprof clocks reset` restores the clocks and removes it. Note that a reset returns the clocks to the driver default, not to a
 lock somebody else had set before.
 """
 from __future__ import annotations
 
-import json
-import os
-import shlex
-import signal
-import socket
-import sys
-import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
-from sitsprof.pmu.errors import ClockPermissionError, ClockValueError, PmuError, UnsupportedError
+from sitsprof.common.signals import signals_ignored, terminate_raises
+from sitsprof.pmu.device import clock_facts, event_reason_list
+from sitsprof.pmu.errors import ClockPermissionError, ClockValueError, UnsupportedError
+from sitsprof.pmu.lockstate import check_not_held, lock_records, new_record, state_path, write_state
 from sitsprof.pmu.nvml import handle, nvml, optional, text
 
-STATE_ENV = "SITSPROF_STATE_DIR"
 TDP = "tdp"
 _MODES = ("lock", "none")
-
-
-def state_dir() -> Path:
-    """Where clock-lock state files live: $SITSPROF_STATE_DIR, else $XDG_STATE_HOME/sitsprof, else ~/.local/state/sitsprof."""
-    if os.environ.get(STATE_ENV):
-        return Path(os.environ[STATE_ENV])
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "sitsprof"
-
-
-def _state_path(uuid: str) -> Path:
-    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in uuid)
-    return state_dir() / f"clocks-{safe}.json"
-
-
-def _write_state(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle_:
-        json.dump(record, handle_, indent=2)
-        handle_.flush()
-        os.fsync(handle_.fileno())
-    os.replace(tmp, path)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _read_state(path: Path) -> dict | None:
-    """The lock record in `path`; None when absent, unreadable, or another host's (a shared home folder)."""
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if record.get("host") not in (None, socket.gethostname()):
-        return None
-    return record
-
-
-def lock_records() -> list[dict]:
-    """Every clock-lock state file on this host, each with `path` and `stale` added."""
-    folder = state_dir()
-    if not folder.is_dir():
-        return []
-    records = []
-    for path in sorted(folder.glob("clocks-*.json")):
-        record = _read_state(path)
-        if record is None:
-            continue
-        record["path"] = str(path)
-        record["stale"] = not record.get("persistent") and not _pid_alive(int(record.get("pid", 0) or 0))
-        records.append(record)
-    return records
-
-
-def stale_locks() -> list[dict]:
-    """Locks left behind by a sitsprof process that died without restoring (e.g. SIGKILL)."""
-    return [r for r in lock_records() if r["stale"]]
-
-
-def stale_lock_warning() -> str | None:
-    """One warning line for the root command, or None. Cheap: reads files, never NVML."""
-    stale = stale_locks()
-    if not stale:
-        return None
-    gpus = ", ".join(f"GPU {r.get('index')} ({r.get('uuid')})" for r in stale)
-    pids = ", ".join(sorted({str(r.get("pid")) for r in stale}))
-    return (f"clocks of {gpus} may still be locked by sitsprof process {pids}, which ended without "
-            "restoring them; run `sitsprof clocks reset` to restore the defaults")
 
 
 # -- reading and resolving ---------------------------------------------------------------
 def read_clocks(index: int = 0) -> dict:
     """Current SM and memory clocks (MHz) and the clock event reasons."""
-    from sitsprof.pmu.device import event_reason_list
-
     pynvml = nvml()
     h = handle(index)
     return {
@@ -121,6 +36,16 @@ def read_clocks(index: int = 0) -> dict:
         "memory_mhz": optional(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),
         "event_reasons": event_reason_list(h),
     }
+
+
+def clock_status(index: int = 0) -> dict:
+    """`sitsprof clocks show`: current, max and base clocks, supported values, event reasons and
+    sitsprof's lock records for GPU `index`."""
+    h = handle(index)
+    facts = clock_facts(h)
+    facts["event_reasons"] = event_reason_list(h)
+    facts["locks"] = [r for r in lock_records() if r.get("index") == index]
+    return facts
 
 
 def _parse_spec(spec, what: str):
@@ -298,73 +223,15 @@ class ClockSession:
                 "after": self.after, "restored": self.restored}
 
 
-class _Terminated(SystemExit):
-    """Raised in the main thread by SIGTERM/SIGHUP so that `finally` blocks restore the clocks."""
-
-
-def _raise_terminated(signum, frame):
-    raise _Terminated(128 + signum)
-
-
-@contextmanager
-def _signal_handlers(handler, signals):
-    """`handler` for `signals` for the duration, then the previous handlers again (main thread only:
-    Python cannot install handlers elsewhere)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, handler) for sig in signals}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def terminate_raises():
-    """Turn SIGTERM and SIGHUP into an exception for the duration (main thread only)."""
-    return _signal_handlers(_raise_terminated, (signal.SIGTERM, signal.SIGHUP))
-
-
-def _signals_ignored():
-    """Hold off SIGINT/SIGTERM/SIGHUP while restoring, so a second Ctrl-C cannot cut it short."""
-    return _signal_handlers(signal.SIG_IGN, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
-
-
-def _record(index: int, uuid: str, resolved: dict, before: dict, persistent: bool) -> dict:
-    return {
-        "uuid": uuid, "index": index, "pid": os.getpid(), "host": socket.gethostname(),
-        "persistent": persistent, "changed": [k for k in ("sm", "memory") if resolved.get(k) is not None],
-        "resolved": resolved, "before": before, "command_line": shlex.join(sys.argv),
-        "locked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-def _check_not_held(path: Path, index: int, persistent_ok: bool = False) -> None:
-    """Refuse to lock over a live run's lock, or (for runs) over `sitsprof clocks lock`."""
-    record = _read_state(path)
-    if record is None:
-        return
-    if record.get("persistent"):
-        if not persistent_ok:
-            raise PmuError(
-                f"GPU {index}'s clocks are locked by `sitsprof clocks lock` ({record.get('resolved')}); "
-                "use --clocks none to run at those clocks, or `sitsprof clocks reset` first")
-        return
-    pid = int(record.get("pid", 0) or 0)
-    if pid != os.getpid() and _pid_alive(pid):
-        raise PmuError(f"GPU {index}'s clocks are held by another sitsprof run (pid {pid}); wait for it to finish")
-
-
 def lock_persistent(index: int = 0, sm="max", memory=None) -> dict:
     """`sitsprof clocks lock`: lock until `sitsprof clocks reset` (recorded as persistent)."""
     pynvml = nvml()
     uuid = text(pynvml.nvmlDeviceGetUUID(handle(index)))
     resolved = resolve(index, sm, memory)
-    path = _state_path(uuid)
-    _check_not_held(path, index, persistent_ok=True)
+    path = state_path(uuid)
+    check_not_held(path, index, persistent_ok=True)
     before = read_clocks(index)
-    _write_state(path, _record(index, uuid, resolved, before, persistent=True))
+    write_state(path, new_record(index, uuid, resolved, before, persistent=True))
     try:
         apply_clocks(index, resolved)
     except BaseException:
@@ -396,10 +263,10 @@ def locked_clocks(device_index: int = 0, sm="max", memory=None, mode: str = "loc
             session.after = read_clocks(device_index)
         return
     uuid = text(nvml().nvmlDeviceGetUUID(handle(device_index)))
-    path = _state_path(uuid)
-    _check_not_held(path, device_index)
+    path = state_path(uuid)
+    check_not_held(path, device_index)
     with terminate_raises():
-        _write_state(path, _record(device_index, uuid, session.resolved, session.before, persistent=False))
+        write_state(path, new_record(device_index, uuid, session.resolved, session.before, persistent=False))
         changed = False
         try:
             apply_clocks(device_index, session.resolved)  # all or nothing
@@ -407,7 +274,7 @@ def locked_clocks(device_index: int = 0, sm="max", memory=None, mode: str = "loc
             session.applied = read_clocks(device_index)
             yield session
         finally:
-            with _signals_ignored():
+            with signals_ignored():
                 try:
                     if changed:
                         reset_device(device_index, sm=session.resolved["sm"] is not None,
@@ -420,12 +287,3 @@ def locked_clocks(device_index: int = 0, sm="max", memory=None, mode: str = "loc
                     except Exception:  # noqa: BLE001 - never mask the outcome of the restore
                         session.after = None
 
-
-def warn_stale_locks(stream=None) -> None:
-    """Print the stale-lock warning (if any) to stderr; never fails. Hooked into the CLI root."""
-    try:
-        message = stale_lock_warning()
-    except Exception:  # noqa: BLE001 - a warning must never break a command
-        return
-    if message:
-        (stream or sys.stderr).write(f"sitsprof: warning: {message}\n")
