@@ -1,7 +1,7 @@
 """`sitsprof probe latency|tlb|bandwidth|loaded` and `sitsprof run`: the probe suites.
 
 Wiring only: plans come from `sitsprof.probes.suite`, launches from `sitsprof.probes.gpu`,
-the run directory and samplers from `sitsprof.collectors`, clocks from `sitsprof.pmu.clocks`.
+the run directory, clock lock and samplers from `sitsprof.collectors.recording`.
 Plans are validated against the device before the run directory is made or anything runs;
 `--dry-run` prints the plan (against `probes.assumed`'s H200 when no GPU is visible) and launches nothing.
 """
@@ -68,36 +68,23 @@ def execute(parts, suite: str, index: int, parent: str, name: str | None, clocks
 def _run(plan, index, parent, name, clocks, gpm, console):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from sitsprof.collectors.record import Recorder, build_samplers
-    from sitsprof.collectors.rundir import RunDirectory
-    from sitsprof.pmu.clocks import locked_clocks, terminate_raises
-    from sitsprof.pmu.device import device_facts
+    from sitsprof.collectors.recording import recording
     from sitsprof.probes.suite import run_suite
 
-    facts = device_facts(index)
-    run = RunDirectory.create(parent, name, meta={"kind": "probe", "device": facts, "suite": plan.name,
-                                                  "parts": list(plan.parts), "command_line": sys.argv})
+    meta = {"suite": plan.name, "parts": list(plan.parts), "command_line": sys.argv}
     mode = "none" if clocks == "none" else "lock"
-    with terminate_raises(), run:
-        with locked_clocks(index, sm=None if mode == "none" else clocks, mode=mode) as session:
-            run.update_meta(clocks=session.to_dict())
-            recorder = Recorder(run, build_samplers(index, gpm=gpm != "off"))
-            recorder.start(optional=() if gpm == "on" else ("gpm",))
-            tasks: dict = {}
-            try:
-                with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
-                              TimeElapsedColumn(), console=console) as bar:
-                    def progress(part, advance, total):
-                        if part not in tasks:
-                            tasks[part] = bar.add_task(part, total=total)
-                        bar.advance(tasks[part], advance)
+    with recording(parent, name, "probe", meta, index, clocks=mode, sm=None if mode == "none" else clocks,
+                   gpm=gpm != "off", optional=() if gpm == "on" else ("gpm",)) as rec:
+        tasks: dict = {}
+        with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console) as bar:
+            def progress(part, advance, total):
+                if part not in tasks:
+                    tasks[part] = bar.add_task(part, total=total)
+                bar.advance(tasks[part], advance)
 
-                    run_suite(run, plan, index, progress)
-            finally:
-                run.update_meta(samplers=recorder.stop())
-        run.update_meta(clocks=session.to_dict())
-        run.finish("complete")
-    return run
+            run_suite(rec.run, plan, index, progress)
+    return rec.run
 
 
 _SUITE_OPT = click.option("--quick", is_flag=True, help="The quick suite's sizes (fewer footprints and samples).")
@@ -154,10 +141,9 @@ _probe_command("loaded", "Latency on one SM while a saturator streams on the oth
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 def figures(run_dir: str) -> None:
     """The figures a probe run must show: tiers vs published plateaus, copy vs memcpy, load levels."""
-    from sitsprof.collectors.rundir import open_run
-    from sitsprof.probes.figures import check_figures, format_figures
+    from sitsprof.reports.figures import figures_report
 
-    for line in format_figures(check_figures(open_run(run_dir))):
+    for line in figures_report(run_dir):
         click.echo(line)
 
 
@@ -171,14 +157,9 @@ def figures(run_dir: str) -> None:
 @_device_options
 def run(suite, clocks, parts, index, parent, name, dry_run, gpm):
     """Lock clocks, start the samplers, run the probe suite, write one run directory."""
-    from sitsprof.probes.errors import PlanError
-    from sitsprof.probes.suite import PARTS
+    from sitsprof.probes.suite import parse_parts
 
-    chosen = tuple(p.strip() for p in parts.split(",") if p.strip())
-    bad = [p for p in chosen if p not in PARTS]
-    if bad or not chosen:
-        raise PlanError(f"unknown probe(s) {', '.join(bad) or '(none)'}: choose from {', '.join(PARTS)}")
-    execute(chosen, suite, index, parent, name, clocks, dry_run, gpm)
+    execute(parse_parts(parts), suite, index, parent, name, clocks, dry_run, gpm)
 
 
 COMMANDS = [probe, run]

@@ -9,21 +9,20 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from functools import cache
 from typing import Callable
 
 import numpy as np
 
 from sitsprof.pmu.errors import NoGpuError
 
-from . import analysis
-from .kernels import kernel_constants, load_module
+from . import tables
+from .kernels import NVCC_OPTIONS, kernel_constants, kernel_source
 from .plan import (LINE_BYTES, BandwidthPlan, ChaseSweep, DeviceLimits, LatencyPlan, LoadedPlan, StreamConfig,
                    TlbPlan)
 
 Progress = Callable[[int], None]  # advance(n) callback
 U64_MAX = np.uint64(2**64 - 1)
-_CTL_READY, _CTL_PROBE_SM, _CTL_STARTED, _CTL_LEFT = (kernel_constants()[k] for k in  # kernels/loaded.cu
-                                                       ("CTL_READY", "CTL_PROBE_SM", "CTL_STARTED", "CTL_LEFT"))
 READY_TIMEOUT_NS = 50_000_000
 
 
@@ -42,6 +41,22 @@ def import_cupy():
     if count < 1:
         raise NoGpuError("CuPy sees no NVIDIA GPU; run the probes on a machine with one")
     return cp
+
+
+@cache
+def load_module(name: str):
+    """CuPy RawModule of `kernels/<name>.cu`, compiled by NVRTC for the current device.
+
+    CuPy chooses the device's `-arch` itself; the options match NVCC_OPTIONS.
+    """
+    cp = import_cupy()
+    return cp.RawModule(code=kernel_source(name), options=NVCC_OPTIONS, name_expressions=None)
+
+
+def _control_words() -> tuple[int, int, int, int]:
+    """Indices of the loaded-latency control words (kernels/loaded.cu), from the kernel text."""
+    k = kernel_constants()
+    return k["CTL_READY"], k["CTL_PROBE_SM"], k["CTL_STARTED"], k["CTL_LEFT"]
 
 
 def device_limits(index: int = 0) -> DeviceLimits:
@@ -91,10 +106,10 @@ class Probes:
         out = cp.zeros(2, dtype=cp.uint64)
         self.kernel("chase", "sm_clock_rate")((1,), (1,), (np.uint64(spin_ns), out))
         ns, cycles = (int(x) for x in out.get())
-        self.mhz = analysis.sm_clock_mhz(ns, cycles)
+        self.mhz = tables.sm_clock_mhz(ns, cycles)
         lat = cp.empty(timer_samples, dtype=cp.uint32)
         self.kernel("chase", "timer_overhead")((1,), (1,), (np.uint32(timer_samples), lat, self._sink))
-        self.overhead = analysis.timer_overhead(lat.get())
+        self.overhead = tables.timer_overhead(lat.get())
         return {"sm_clock_mhz": self.mhz, "timer_overhead_cycles": self.overhead["median"],
                 "timer_overhead": self.overhead, "clock_spin_ns": ns, "clock_spin_cycles": cycles}
 
@@ -108,7 +123,7 @@ class Probes:
                                            (buf, order, np.uint64(links), np.uint64(stride), np.uint64(skew)))
         first = int(order[0].get())
         del order
-        return int(buf.data.ptr) + int(analysis.link_offset(first, stride, skew))
+        return int(buf.data.ptr) + int(tables.link_offset(first, stride, skew))
 
     def chase(self, variant: str, start: int, warm: int, n: int, gap_ns: int = 0) -> np.ndarray:
         """Raw per-access cycle counts of one chase (`ca` default caching, `cg` L1 bypass)."""
@@ -153,7 +168,7 @@ class Probes:
             start = self.build_ring(buf, links, sweep.stride, sweep.skew, seed=sweep.seed + i)
             for v in variants:
                 raw = self.chase(v, start, sweep.warm(fp), sweep.samples)
-                frames[v].append(analysis.chase_frame(raw, self.overhead["median"], self.mhz, variant=v,
+                frames[v].append(tables.chase_frame(raw, self.overhead["median"], self.mhz, variant=v,
                                                       stride_bytes=sweep.stride, footprint_bytes=fp))
                 progress(1)
         del buf
@@ -219,7 +234,7 @@ class Probes:
                     cp.cuda.runtime.deviceSynchronize()  # `stream` does not wait for the legacy stream
                     seconds = timed(launch)
                     used = smids.get()
-                    nbytes = analysis.bytes_moved(kernel, nvec, plan.passes)
+                    nbytes = tables.bytes_moved(kernel, nvec, plan.passes)
                     rows.append({"kernel": kernel, "active_sms": cfg.active_sms, "blocks_per_sm": cfg.blocks_per_sm,
                                  "blocks": int(np.sum(used != 0xFFFFFFFF)), "threads": cfg.threads,
                                  "throttle_ns": cfg.throttle_ns,
@@ -235,21 +250,22 @@ class Probes:
 
         for rep in range(plan.reps):
             seconds = timed(memcpy)
-            nbytes = analysis.bytes_moved("memcpy", nbytes_one // 16, plan.passes)
+            nbytes = tables.bytes_moved("memcpy", nbytes_one // 16, plan.passes)
             rows.append({"kernel": "memcpy", "active_sms": 0, "blocks_per_sm": 0, "blocks": 0, "threads": 0,
                          "throttle_ns": 0, "sms_used": 0, "rep": rep, "bytes": nbytes, "seconds": seconds,
                          "achieved_gbs": nbytes / seconds / 1e9})
         progress(1)
         del src, dst
         cp.get_default_memory_pool().free_all_blocks()
-        return analysis.add_memcpy_ratio(pd.DataFrame(rows))
+        return tables.add_memcpy_ratio(pd.DataFrame(rows))
 
     # -- loaded latency -------------------------------------------------------------------------
     def _control(self, probe_present: bool):
         cp = self.cp
+        ready, probe_sm, _, _ = _control_words()
         ctl = np.zeros(8, dtype=np.uint32)
-        ctl[_CTL_PROBE_SM] = 0xFFFFFFFF
-        ctl[_CTL_READY] = 0 if probe_present else 1
+        ctl[probe_sm] = 0xFFFFFFFF
+        ctl[ready] = 0 if probe_present else 1
         stats = np.array([0, U64_MAX, 0, 0, 0], dtype=np.uint64)
         return cp.asarray(ctl), cp.asarray(stats)
 
@@ -282,12 +298,12 @@ class Probes:
             self._saturate(cfg, sat, nvec, sleep, below, ctl, stats, plan.calibration_ns)
             cp.cuda.runtime.deviceSynchronize()
             cal.append({"saturator": plan.saturator_kind, "throttle_ns": int(sleep),
-                        "achieved_gbs": analysis.saturator_gbs(stats.get()),
+                        "achieved_gbs": tables.saturator_gbs(stats.get()),
                         "blocks": cfg.grid(self.limits.sm_count), "threads": cfg.threads})
         progress(1)
         cal_frame = pd.DataFrame(cal)
         peak = float(cal_frame["achieved_gbs"].max())
-        sleeps = analysis.choose_throttles(cal_frame["throttle_ns"], cal_frame["achieved_gbs"],
+        sleeps = tables.choose_throttles(cal_frame["throttle_ns"], cal_frame["achieved_gbs"],
                                            [t * peak for t in plan.targets])
         # 2. the two chases: (a) HBM misses, (b) re-touches of an L2-resident set
         hbm_buf = cp.empty(plan.hbm_footprint, dtype=cp.uint8)
@@ -302,6 +318,7 @@ class Probes:
         s_probe = cp.cuda.Stream(non_blocking=True)
         s_sat = cp.cuda.Stream(non_blocking=True)
         frames = []
+        _, ctl_probe_sm, ctl_started, ctl_left = _control_words()
         levels = [(0, 0.0, 0)] + [(i + 1, t, s) for i, (t, s) in enumerate(zip(plan.targets, sleeps))]
         for level, target, sleep in levels:
             for access, (start, warm, gap) in chases.items():
@@ -320,20 +337,20 @@ class Probes:
                 s_probe.synchronize()
                 s_sat.synchronize()
                 c, st = ctl.get(), stats.get()
-                gbs = analysis.saturator_gbs(st) if loaded else 0.0
-                frame = analysis.chase_frame(lat.get(), self.overhead["median"], self.mhz, level=level,
+                gbs = tables.saturator_gbs(st) if loaded else 0.0
+                frame = tables.chase_frame(lat.get(), self.overhead["median"], self.mhz, level=level,
                                              target_fraction=target, throttle_ns=int(sleep), access=access,
                                              achieved_gbs=gbs, bandwidth_fraction=gbs / peak if peak else 0.0,
-                                             probe_sm=int(c[_CTL_PROBE_SM]),
-                                             saturator_blocks=int(c[_CTL_STARTED]),
-                                             blocks_left_probe_sm=int(c[_CTL_LEFT]),
+                                             probe_sm=int(c[ctl_probe_sm]),
+                                             saturator_blocks=int(c[ctl_started]),
+                                             blocks_left_probe_sm=int(c[ctl_left]),
                                              footprint_bytes=(plan.hbm_footprint if access == "hbm"
                                                               else plan.retouch_bytes))
                 frames.append(frame)
             progress(1)
         del sat, hbm_buf, ret_buf
         cp.get_default_memory_pool().free_all_blocks()
-        table = analysis.add_replacement_delay(pd.concat(frames, ignore_index=True))
+        table = tables.add_replacement_delay(pd.concat(frames, ignore_index=True))
         return {"loaded": table, "loaded_calibration": cal_frame, "peak_gbs": peak}
 
 

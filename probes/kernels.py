@@ -1,6 +1,6 @@
 """The probes' CUDA C sources, and how they are compiled.
 
-On the GPU, CuPy compiles them at run time (`load_module`, NVRTC, for the device's own
+On the GPU, CuPy compiles them at run time (`gpu.load_module`, NVRTC, for the device's own
 architecture). On CPU, `compile_cubin` builds the same text for sm_90 with nvcc when it is
 on PATH, else with NVRTC from the `nvidia-cuda-nvrtc` wheel (through ctypes), and
 `disassemble` runs the `nvidia-cuda-cuobjdump` wheel's cuobjdump on the result: that is how
@@ -234,18 +234,6 @@ def sass_instructions(sass: str) -> list[str]:
         if m:
             out.append(m.group(1))
     return out
-
-
-@lru_cache(maxsize=None)
-def load_module(name: str):
-    """CuPy RawModule of `kernels/<name>.cu`, compiled by NVRTC for the current device.
-
-    CuPy chooses the device's `-arch` itself; the options match NVCC_OPTIONS.
-    """
-    from .gpu import import_cupy
-
-    cp = import_cupy()
-    return cp.RawModule(code=kernel_source(name), options=NVCC_OPTIONS, name_expressions=None)
 
 
 if __name__ == "__main__":  # python -m sitsprof.probes.kernels [name]: compile report

@@ -91,6 +91,17 @@ class SuitePlan:
         return sum(v for k, v in self.estimate_seconds().items() if k in self.parts or k == "compile")
 
 
+def parse_parts(text: str) -> tuple[str, ...]:
+    """'latency,tlb' -> ('latency', 'tlb'); PlanError naming any part that is not one of PARTS."""
+    chosen = tuple(p.strip() for p in text.split(",") if p.strip())
+    bad = [p for p in chosen if p not in PARTS]
+    if bad or not chosen:
+        from .errors import PlanError
+
+        raise PlanError(f"unknown probe(s) {', '.join(bad) or '(none)'}: choose from {', '.join(PARTS)}")
+    return chosen
+
+
 def make_suite(name: str, device: DeviceLimits, parts: tuple[str, ...] = PARTS,
                max_footprint: int | None = None, min_footprint: int | None = None,
                per_octave: int | None = None, samples: int | None = None) -> SuitePlan:
@@ -190,11 +201,11 @@ def _out_of_memory_is_plain(part: str):
 
 def run_suite(run, plan: SuitePlan, index: int = 0, progress: Callable[[str, int, int], None] | None = None,
               probes=None) -> dict:
-    """Run the suite's parts on GPU `index`, writing each probe table into `run` as it completes.
+    """Run the suite's parts on GPU `index`, writing each raw probe table into `run` as it completes
+    (what the tables say, tiers, TLB steps, load levels, is derived by `sitsprof.reports`).
 
     progress(part, advance, total) is called as steps finish. Returns the calibration facts.
     """
-    from . import analysis
     from .gpu import Probes, timed_phase
 
     probes = probes or Probes(index)
@@ -215,26 +226,15 @@ def run_suite(run, plan: SuitePlan, index: int = 0, progress: Callable[[str, int
         facts = probes.calibrate(plan.latency.clock_spin_ns, plan.latency.timer_samples)
     run.update_meta(sm_clock_mhz=facts["sm_clock_mhz"], timer_overhead_cycles=facts["timer_overhead_cycles"],
                     probe_calibration=facts, suite=plan.name, probe_plan=plan.describe())
-    mhz = facts["sm_clock_mhz"]
     if "latency" in plan.parts:
         with _out_of_memory_is_plain("latency"), timed_phase(phases, "latency", t0):
             tables = probes.latency(plan.latency, step("latency"))
-        summaries = []
         for name, frame in tables.items():
             run.write_table(name, frame)
-            summaries.append(analysis.summarize(frame, ["variant", "footprint_bytes"]))
-        import pandas as pd
-
-        summary = pd.concat(summaries, ignore_index=True)
-        run.write_table("latency_summary", summary)
-        tiers = [analysis.tiers_frame(summary, v, mhz, probes.limits.l2_bytes) for v in plan.latency.variants]
-        run.write_table("latency_tiers", pd.concat(tiers, ignore_index=True))
     if "tlb" in plan.parts:
         with _out_of_memory_is_plain("tlb"), timed_phase(phases, "tlb", t0):
             frame = probes.tlb(plan.tlb, step("tlb"))
         run.write_table("tlb", frame)
-        run.write_table("tlb_steps", analysis.tlb_steps_frame(analysis.summarize(frame, ["stride_bytes",
-                                                                                         "footprint_bytes"])))
     if "bandwidth" in plan.parts:
         with _out_of_memory_is_plain("bandwidth"), timed_phase(phases, "bandwidth", t0):
             run.write_table("bandwidth", probes.bandwidth(plan.bandwidth, step("bandwidth")))
@@ -243,7 +243,6 @@ def run_suite(run, plan: SuitePlan, index: int = 0, progress: Callable[[str, int
             out = probes.loaded(plan.loaded, step("loaded"))
         run.write_table("loaded", out["loaded"])
         run.write_table("loaded_calibration", out["loaded_calibration"])
-        run.write_table("loaded_levels", analysis.loaded_levels(out["loaded"], mhz))
         facts["saturator_peak_gbs"] = out["peak_gbs"]
     run.update_meta(phases=phases)
     return facts

@@ -9,7 +9,8 @@ docs/run-directory.md) and computes, with exact quantiles over every sample:
 * bandwidth against intensity, with the device-to-device memcpy in the same run;
 * loaded latency: per load level and access kind quantiles against the achieved bandwidth
   fraction, with the fitted queueing curve (`reports/queueing.py`); replacement delay per
-  level (re-touch latency minus the unloaded L2-hit latency) as a distribution;
+  level (re-touch latency minus the unloaded L2-hit latency) as a distribution, and the share of
+  re-touches the saturator evicted;
 * sampler timelines (downsampled) with the probe phases, and the SM clock drift.
 
 Parts that a run lacks are listed in `RunAnalysis.missing` rather than failing.
@@ -107,7 +108,7 @@ class RunAnalysis:
     tlb_steps: list[dict] = field(default_factory=list)
     tlb_miss: tuple[str, Distribution] | None = None  # (where from, distribution) of the first TLB step
     bandwidth: Any = None           # DataFrame as recorded, plus fraction_of_memcpy
-    loaded: Any = None              # DataFrame: level, access, bandwidth_fraction, count, p50..
+    loaded: Any = None              # DataFrame: level, access, bandwidth_fraction, count, p50.., evicted_fraction
     loaded_fits: dict = field(default_factory=dict)   # (access, quantile) -> QueueingFit
     loaded_dists: dict = field(default_factory=dict)  # (access, level) -> Distribution
     replacement: dict = field(default_factory=dict)   # level -> Distribution of extra cycles
@@ -227,7 +228,8 @@ def _tlb(res: RunAnalysis, frame) -> None:
         steps = detect_steps(np.array([r["footprint_bytes"] for r in per_fp], dtype=np.int64),
                              np.array([r["p50"] for r in per_fp], dtype=np.float64))
         for k, step in enumerate(steps):
-            res.tlb_steps.append({"stride_bytes": int(stride), **step.to_dict()})
+            res.tlb_steps.append({"stride_bytes": int(stride), **step.to_dict(),
+                                  "reach_pages": step.reach_bytes // int(stride)})
             if k == 0 and res.tlb_miss is None:
                 # The plateau after the first step (the sweep's few links stay in L2, so the step is
                 # address translation), at the smallest stride showing one.
@@ -287,8 +289,8 @@ def _loaded(res: RunAnalysis, frame) -> None:
             except ValueError as exc:
                 res.notes.append(f"loaded latency {access} {q}: no queueing fit ({exc})")
     # Replacement delay: re-touch latency minus the unloaded L2-hit latency, which is the median
-    # re-touch at level 0 (saturator off), as probes/analysis.l2_hit_baseline takes it; without
-    # a level 0, the L2-near P50 of the ladder.
+    # re-touch at level 0 (saturator off), as probes/tables.l2_hit_baseline takes it for the raw
+    # table's replacement_delay_cycles; without a level 0, the L2-near P50 of the ladder.
     l2 = res.tier("l2_near")
     if 0 in retouch_sorted and retouch_sorted[0].size:
         res.replacement_baseline = ("median re-touch latency at load level 0 (saturator off)",
@@ -299,6 +301,23 @@ def _loaded(res: RunAnalysis, frame) -> None:
         base = res.replacement_baseline[1]
         for level, values in retouch_sorted.items():
             res.replacement[level] = Distribution.of(values - base, presorted=True)
+    res.loaded["evicted_fraction"] = _evicted_fractions(res, retouch_sorted)
+
+
+def _evicted_fractions(res: RunAnalysis, retouch_sorted: dict) -> np.ndarray:
+    """Per loaded row: for re-touches, the share slower than the geometric mean of the idle
+    re-touch and HBM medians (lines the saturator evicted); NaN for HBM rows or without a level 0."""
+    out = np.full(len(res.loaded), np.nan)
+    hbm0 = res.loaded_dists.get(("hbm", 0))
+    if 0 not in retouch_sorted or not retouch_sorted[0].size or hbm0 is None:
+        return out
+    cut = float(np.sqrt(float(np.median(retouch_sorted[0])) * hbm0.summary["p50"]))
+    if not np.isfinite(cut) or cut <= 0:
+        return out
+    for i, (access, level) in enumerate(zip(res.loaded["access"], res.loaded["level"])):
+        if access == "retouch":
+            out[i] = float(np.mean(retouch_sorted[level] > cut))
+    return out
 
 
 #: Sampler columns that are bookkeeping, not measurements (docs/run-directory.md).

@@ -11,7 +11,7 @@ import pytest
 
 from sitsprof.cli.main import main
 from sitsprof.pmu.errors import NoGpuError
-from sitsprof.probes import analysis as A
+from sitsprof.probes import tables as A
 from sitsprof.probes import gpu
 from sitsprof.common.sizes import GiB, MiB
 from sitsprof.probes.plan import DeviceLimits
@@ -173,16 +173,18 @@ def test_suite_writes_every_documented_table_with_its_columns(tmp_path):
     for name, columns in documented.items():
         frame = back.read_table(name, "probe")
         assert list(frame.columns) == columns, name
-    tiers = back.read_table("latency_tiers", "probe")
-    assert tiers[tiers["variant"] == "ca"]["tier"].tolist() == ["l1", "l2_near", "l2_far", "hbm"]
-    assert tiers[tiers["variant"] == "cg"]["tier"].tolist()[0] == "l2_near"
-    steps_t = back.read_table("tlb_steps", "probe")
-    assert (steps_t["step_at_bytes"] > 1 * GiB).all() and len(steps_t) == 2
+    # Raw tables only: what they say is derived by the reports.
+    from sitsprof.reports.analysis import analyze_run
+
+    res = analyze_run(back)
+    assert [t.name for t in res.tiers] == ["l1", "l2_near", "l2_far", "hbm"]
+    assert [t.name for t in res.tiers_cg][0] == "l2_near"
+    assert all(s["step_at_bytes"] > 1 * GiB for s in res.tlb_steps) and len(res.tlb_steps) == 2
 
 
 def test_figures_read_back_from_the_run(tmp_path, capsys):
     from sitsprof.collectors.rundir import RunDirectory
-    from sitsprof.probes.figures import check_figures
+    from sitsprof.reports.figures import check_figures
 
     with RunDirectory.create(tmp_path, "r") as run:
         run_suite(run, make_suite("quick", H100), probes=FakeProbes(H100))
@@ -196,7 +198,7 @@ def test_figures_read_back_from_the_run(tmp_path, capsys):
     assert "1980 MHz measured" in out
     with RunDirectory.create(tmp_path, "empty") as run:
         pass
-    assert check_figures(run)["missing"] == ["latency_tiers", "bandwidth", "loaded_levels"]
+    assert check_figures(run)["missing"] == ["latency", "bandwidth", "loaded"]
 
 
 def test_gpu_out_of_memory_mid_run_is_one_plain_error(tmp_path):

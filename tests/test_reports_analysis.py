@@ -66,8 +66,8 @@ def test_loaded_fit_and_replacement_delay(res):
     assert len(levels) == 10
     p50 = [res.replacement[lv].summary["p50"] for lv in levels]
     assert abs(p50[0]) < 5 and all(b >= a for a, b in zip(p50, p50[1:]))
-    # The same baseline as probes/analysis.l2_hit_baseline: the median level-0 re-touch.
-    from sitsprof.probes.analysis import l2_hit_baseline
+    # The same baseline as the raw table's (probes/tables.l2_hit_baseline): the median level-0 re-touch.
+    from sitsprof.probes.tables import l2_hit_baseline
 
     frame = open_run(res.path).read_table("loaded")
     assert res.replacement_baseline[0].startswith("median re-touch")
@@ -117,3 +117,84 @@ def test_unknown_columns_are_reported_not_fatal(tmp_path):
     run.finish()
     res = analyze_run(run.path)
     assert "footprint" in res.missing["latency"] and res.ladder is None
+
+
+# -- the figures the probe suite used to write as derived tables, from recorded-shape raw tables --
+MHZ = 1980.0
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def _analysed(tmp_path, name, tables: dict, meta: dict | None = None):
+    run = RunDirectory.create(tmp_path, name, meta={"sm_clock_mhz": MHZ, "device": {"l2_bytes": 50 * MiB},
+                                                    **(meta or {})})
+    for table, frame in tables.items():
+        run.write_table(table, frame)
+    run.finish()
+    return analyze_run(run.path)
+
+
+def test_ladder_and_tiers_from_a_recorded_ladder(tmp_path):
+    import pandas as pd
+
+    from sitsprof.probes.tables import chase_frame
+
+    rng = np.random.default_rng(1)
+    frames = []
+    for fp, lvl in [(16 * KiB, 32), (32 * KiB, 32), (64 * KiB, 32), (128 * KiB, 32), (1 * MiB, 280),
+                    (2 * MiB, 280), (4 * MiB, 280), (8 * MiB, 280), (32 * MiB, 510), (45 * MiB, 510),
+                    (128 * MiB, 650), (256 * MiB, 650), (512 * MiB, 650), (1024 * MiB, 650)]:
+        raw = (lvl + 6) * (1 + rng.normal(0, 0.03, 512))
+        frames.append(chase_frame(raw, 6, MHZ, footprint_bytes=fp, variant="ca", stride_bytes=128))
+    res = _analysed(tmp_path, "ladder", {"latency": pd.concat(frames, ignore_index=True)})
+    assert len(res.ladder) == 14 and (res.ladder["count"] == 512).all()
+    assert res.ladder.columns[0] == "footprint_bytes"
+    assert res.ladder["p50"].iloc[0] == pytest.approx(32, rel=0.02)
+    assert [t.name for t in res.tiers] == ["l1", "l2_near", "l2_far", "hbm"]
+    assert res.to_ns(res.tier("hbm").dist.summary["p50"]) == pytest.approx(650 / 1.98, rel=0.03)
+
+
+def test_tlb_steps_from_a_recorded_sweep(tmp_path):
+    import pandas as pd
+
+    from sitsprof.probes.tables import chase_frame
+
+    frames = []
+    for stride in (2 * MiB, 32 * MiB):
+        for k, fp in enumerate([64, 128, 256, 512, 1024, 2048, 4096, 8192]):
+            lvl = 300 + (60 if k >= 4 else 0)
+            frames.append(chase_frame(np.full(16, lvl, dtype=np.float64), 0, MHZ, variant="cg",
+                                      stride_bytes=stride, footprint_bytes=fp * MiB))
+    res = _analysed(tmp_path, "tlb", {"tlb": pd.concat(frames, ignore_index=True)})
+    assert {s["stride_bytes"] for s in res.tlb_steps} == {2 * MiB, 32 * MiB}
+    first = [s for s in res.tlb_steps if s["stride_bytes"] == 2 * MiB][0]
+    assert first["reach_bytes"] == 512 * MiB and first["step_at_bytes"] == 1024 * MiB
+    assert first["reach_pages"] == 256 and first["size"] == pytest.approx(60)
+
+
+def test_load_levels_from_a_recorded_loaded_table(tmp_path):
+    import pandas as pd
+
+    from sitsprof.probes.tables import add_replacement_delay, chase_frame
+
+    rng = np.random.default_rng(3)
+    frames = []
+    for level in range(9):
+        frac = level / 8
+        hbm = 650 * (1 + 0.5 * frac ** 3) * (1 + rng.normal(0, 0.02, 400))
+        evicted = rng.random(400) < frac * 0.8
+        retouch = np.where(evicted, 700 * (1 + frac), 280) * (1 + rng.normal(0, 0.02, 400))
+        for access, lat in (("hbm", hbm), ("retouch", retouch)):
+            frames.append(chase_frame(lat + 6, 6, MHZ, level=level, target_fraction=frac, throttle_ns=0,
+                                      access=access, achieved_gbs=4000 * frac, bandwidth_fraction=frac))
+    res = _analysed(tmp_path, "loaded", {"loaded": add_replacement_delay(pd.concat(frames, ignore_index=True))})
+    levels = res.loaded
+    assert len(levels) == 18 and set(levels["access"]) == {"hbm", "retouch"}
+    rt = levels[levels["access"] == "retouch"].sort_values("level")
+    assert rt["evicted_fraction"].iloc[0] == pytest.approx(0, abs=0.01)
+    assert rt["evicted_fraction"].iloc[-1] == pytest.approx(0.8, abs=0.06)
+    assert levels.loc[levels["access"] == "hbm", "evicted_fraction"].isna().all()
+    assert res.replacement[0].summary["p50"] == pytest.approx(0, abs=5)
+    assert res.replacement[8].summary["p99"] > 1000
+    hbm = levels[levels["access"] == "hbm"].sort_values("level")
+    assert hbm["p50"].is_monotonic_increasing
+    assert res.to_ns(hbm["p50"].iloc[0]) == pytest.approx(650 / 1.98, rel=0.02)

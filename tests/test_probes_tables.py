@@ -1,11 +1,11 @@
-"""Post-processing of probe output on constructed (recorded-shape) arrays: no GPU involved."""
+"""The raw probe tables from constructed (recorded-shape) kernel output: no GPU involved."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from sitsprof.probes import analysis as A
+from sitsprof.probes import tables as A
 from sitsprof.probes.errors import ProbeError
 from sitsprof.common.sizes import KiB, MiB
 
@@ -52,37 +52,6 @@ def test_overhead_is_subtracted_from_recorded_stamps():
     assert frame["latency_ns"].iloc[1] == pytest.approx(280 / 1.98, rel=1e-6)
     assert frame["footprint_bytes"].unique().tolist() == [16 * KiB]
     assert frame["sample"].tolist() == [0, 1, 2]
-
-
-def test_summary_and_tiers_from_recorded_ladder():
-    rng = np.random.default_rng(1)
-    frames = []
-    for fp, lvl in [(16 * KiB, 32), (32 * KiB, 32), (64 * KiB, 32), (128 * KiB, 32), (1 * MiB, 280),
-                    (2 * MiB, 280), (4 * MiB, 280), (8 * MiB, 280), (32 * MiB, 510), (45 * MiB, 510),
-                    (128 * MiB, 650), (256 * MiB, 650), (512 * MiB, 650), (1024 * MiB, 650)]:
-        raw = (lvl + 6) * (1 + rng.normal(0, 0.03, 512))
-        frames.append(A.chase_frame(raw, 6, MHZ, footprint_bytes=fp, variant="ca", stride_bytes=128))
-    frame = pd.concat(frames, ignore_index=True)
-    summary = A.summarize(frame, ["variant", "footprint_bytes"])
-    assert len(summary) == 14 and (summary["count"] == 512).all()
-    assert list(summary.columns[:2]) == ["variant", "footprint_bytes"]
-    assert summary["p50"].iloc[0] == pytest.approx(32, rel=0.02)
-    tiers = A.tiers_frame(summary, "ca", MHZ, l2_bytes=50 * MiB)
-    assert tiers["tier"].tolist() == ["l1", "l2_near", "l2_far", "hbm"]
-    assert tiers["p50_ns"].iloc[-1] == pytest.approx(650 / 1.98, rel=0.03)
-
-
-def test_tlb_steps_frame():
-    rows = []
-    for stride in (2 * MiB, 32 * MiB):
-        for k, fp in enumerate([64, 128, 256, 512, 1024, 2048, 4096, 8192]):
-            lvl = 300 + (60 if k >= 4 else 0)
-            rows.append({"stride_bytes": stride, "footprint_bytes": fp * MiB, "p50": float(lvl)})
-    steps = A.tlb_steps_frame(pd.DataFrame(rows))
-    assert set(steps["stride_bytes"]) == {2 * MiB, 32 * MiB}
-    first = steps[steps["stride_bytes"] == 2 * MiB].iloc[0]
-    assert first["reach_bytes"] == 512 * MiB and first["step_at_bytes"] == 1024 * MiB
-    assert first["reach_pages"] == 256 and first["step_cycles"] == pytest.approx(60)
 
 
 def test_bandwidth_bytes_and_memcpy_ratio():
@@ -133,16 +102,6 @@ def test_replacement_delay_is_retouch_minus_unloaded_l2_hit():
     assert frame.loc[frame["access"] == "hbm", "replacement_delay_cycles"].isna().all()
 
 
-def test_loaded_levels_summary():
-    levels = A.loaded_levels(loaded_frame(np.random.default_rng(3)), MHZ)
-    assert len(levels) == 18 and set(levels["access"]) == {"hbm", "retouch"}
-    rt = levels[levels["access"] == "retouch"].sort_values("level")
-    assert rt["evicted_fraction"].iloc[0] == pytest.approx(0, abs=0.01)
-    assert rt["evicted_fraction"].iloc[-1] == pytest.approx(0.8, abs=0.06)
-    assert rt["delay_p50"].iloc[0] == pytest.approx(0, abs=5)
-    assert rt["delay_p99"].iloc[-1] > 1000
-    hbm = levels[levels["access"] == "hbm"].sort_values("level")
-    assert hbm["p50"].is_monotonic_increasing
-    assert hbm["p50_ns"].iloc[0] == pytest.approx(650 / 1.98, rel=0.02)
+def test_replacement_delay_needs_an_unloaded_level():
     with pytest.raises(ProbeError, match="level 0"):
         A.l2_hit_baseline(loaded_frame(np.random.default_rng(0)).query("level > 0"))

@@ -1,18 +1,15 @@
-"""Post-processing of what the probe kernels recorded: pure NumPy/pandas, tested on CPU.
+"""What the probe kernels recorded, as the run directory's raw probe tables: pure NumPy/pandas.
 
-Raw kernel output -> tables (columns documented in docs/run-directory.md, "Probe tables"):
+Raw kernel output -> rows (columns documented in docs/run-directory.md, "Probe tables"):
 cycle stamps minus the timer's own overhead, cycles -> ns with the measured SM clock, ring
-orders for the chase, throttle choice for the loaded-latency levels, per-level summaries with
-the replacement delay.
+orders for the chase, the throttle choice for the loaded-latency levels. Nothing here
+summarises: quantiles, tiers, TLB steps and load levels are derived by `sitsprof.reports`.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .errors import ProbeError
-
-QUANTILES = {"p01": 0.01, "p10": 0.10, "p50": 0.50, "p90": 0.90, "p99": 0.99, "p999": 0.999}
-
 
 # -- the chase ring -------------------------------------------------------------------------
 def ring_order(n: int, seed: int = 0) -> np.ndarray:
@@ -88,62 +85,6 @@ def chase_frame(raw, overhead: float, mhz: float, **columns):
     return pd.DataFrame(data)
 
 
-def quantile_row(values) -> dict:
-    v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v)]
-    if v.size == 0:
-        return {"count": 0, "mean": np.nan, **{k: np.nan for k in QUANTILES}}
-    qs = np.quantile(v, list(QUANTILES.values()))
-    return {"count": int(v.size), "mean": float(v.mean()), **dict(zip(QUANTILES, map(float, qs)))}
-
-
-def summarize(frame, by: list[str], value: str = "latency_cycles"):
-    """Quantiles of `value` per group of `by` (group keys kept as columns, in sorted order)."""
-    import pandas as pd
-
-    rows = []
-    for key, sub in frame.groupby(by, sort=True):
-        key = key if isinstance(key, tuple) else (key,)
-        rows.append({**dict(zip(by, key)), **quantile_row(sub[value].to_numpy())})
-    return pd.DataFrame(rows)
-
-
-def tiers_frame(summary, variant: str, mhz: float, l2_bytes: int | None = None):
-    """Tiers of one ladder (per-footprint P50) by change-point detection (reports/tiers.py)."""
-    import pandas as pd
-
-    from sitsprof.reports.tiers import detect_tiers
-
-    sub = summary[summary["variant"] == variant].sort_values("footprint_bytes")
-    if len(sub) < 2:
-        return pd.DataFrame()
-    first = "l1" if variant == "ca" else "l2_near"
-    tiers = detect_tiers(sub["footprint_bytes"].to_numpy(), sub["p50"].to_numpy(), first=first, l2_bytes=l2_bytes)
-    return pd.DataFrame([{"variant": variant, "tier": t.name, "label": t.label,
-                          "footprint_lo": t.footprint_lo, "footprint_hi": t.footprint_hi,
-                          "n_footprints": t.n_points, "p50_cycles": t.level,
-                          "p50_ns": float(cycles_to_ns(t.level, mhz))} for t in tiers])
-
-
-def tlb_steps_frame(summary):
-    """Latency steps per stride (reports/tiers.py:detect_steps on the per-footprint P50)."""
-    import pandas as pd
-
-    from sitsprof.reports.tiers import detect_steps
-
-    rows = []
-    for stride, sub in summary.groupby("stride_bytes", sort=True):
-        sub = sub.sort_values("footprint_bytes")
-        if len(sub) < 2:
-            continue
-        for s in detect_steps(sub["footprint_bytes"].to_numpy(), sub["p50"].to_numpy()):
-            rows.append({"stride_bytes": int(stride), "reach_bytes": s.reach_bytes,
-                         "reach_pages": s.reach_bytes // int(stride), "step_at_bytes": s.step_at_bytes,
-                         "before_cycles": s.before, "after_cycles": s.after, "step_cycles": s.size})
-    return pd.DataFrame(rows, columns=["stride_bytes", "reach_bytes", "reach_pages", "step_at_bytes",
-                                       "before_cycles", "after_cycles", "step_cycles"])
-
-
 # -- bandwidth ------------------------------------------------------------------------------
 def bytes_moved(kernel: str, vectors: int, passes: int, vec_bytes: int = 16) -> int:
     """Bytes one launch moves: read or write once per vector, copy (and memcpy) read + write."""
@@ -211,31 +152,3 @@ def add_replacement_delay(frame):
     delay = frame["latency_cycles"].astype(np.float64) - base
     frame["replacement_delay_cycles"] = np.where(frame["access"] == "retouch", delay, np.nan).astype(np.float32)
     return frame
-
-
-def loaded_levels(frame, mhz: float | None = None):
-    """Per level and access: achieved bandwidth and the latency distribution; for re-touches
-    also the replacement delay distribution and the share of re-touches slower than the
-    geometric midpoint of the unloaded L2-hit and HBM medians (evicted by the saturator)."""
-    import pandas as pd
-
-    base = l2_hit_baseline(frame)
-    hbm0 = frame[(frame["access"] == "hbm") & (frame["level"] == 0)]["latency_cycles"]
-    cut = float(np.sqrt(base * np.median(hbm0))) if len(hbm0) and base > 0 else np.nan
-    rows = []
-    for (level, access), sub in frame.groupby(["level", "access"], sort=True):
-        lat = sub["latency_cycles"].to_numpy(dtype=np.float64)
-        row = {"level": int(level), "access": access,
-               "target_fraction": float(sub["target_fraction"].iloc[0]),
-               "throttle_ns": int(sub["throttle_ns"].iloc[0]),
-               "achieved_gbs": float(sub["achieved_gbs"].iloc[0]),
-               "bandwidth_fraction": float(sub["bandwidth_fraction"].iloc[0]),
-               **quantile_row(lat)}
-        if mhz:
-            row["p50_ns"] = float(cycles_to_ns(row["p50"], mhz))
-            row["p99_ns"] = float(cycles_to_ns(row["p99"], mhz))
-        if access == "retouch":  # the delay is the latency shifted by the baseline: so are its statistics
-            row.update({f"delay_{k}": row[k] - base for k in ("p50", "p90", "p99", "mean")})
-            row["evicted_fraction"] = float(np.mean(lat > cut)) if np.isfinite(cut) else np.nan
-        rows.append(row)
-    return pd.DataFrame(rows)

@@ -1,0 +1,127 @@
+"""The figures a probe run must show (issue 5): the run's own numbers against published ones.
+
+`check_figures(run)` compares the measured tiers with the published plateaus of the shipped
+reference calibration (`hopper-published`: RRZE-HPC gpu-benches, gpu-latency on GH200), the
+copy kernel with cudaMemcpy D2D of the same run, and lists the loaded-latency levels with
+P50/P99. Every number comes from `analysis.analyze_run`, the same figures the report and the
+calibration file show; a part the run lacks is listed as missing instead of failing.
+"""
+from __future__ import annotations
+
+from .analysis import RunAnalysis, analyze_run
+from sitsprof.calibration import load_calibration
+
+#: The tiers the reference calibration publishes a plateau for, in ladder order.
+PUBLISHED_TIERS = ("l1", "l2_near", "l2_far", "hbm")
+TOLERANCE = 0.15
+COPY_TARGET = 0.95
+
+
+def published_plateaus() -> tuple[dict[str, tuple[float, float]], float]:
+    """({tier: (low, high) cycles}, SM MHz they are quoted at) from the reference calibration.
+
+    A tier's published range is its `range` where the reference gives one, else its P50.
+    """
+    ref = load_calibration(None)
+    out = {}
+    for tier in PUBLISHED_TIERS:
+        entry = ref["latency"].get(tier)
+        if entry is None or entry["unit"] != "cycles":
+            continue
+        lo, hi = entry.get("range") or (entry["quantiles"]["p50"],) * 2
+        out[tier] = (lo, hi)
+    return out, float(ref["clocks"]["sm_mhz"])
+
+
+def _ladder_tiers(res: RunAnalysis):
+    """The default-cached ladder's tiers (none when the run has only the L1-bypassing ladder)."""
+    if res.ladder is None or res.ladder is res.ladder_cg:
+        return []
+    return res.tiers
+
+
+def check_figures(run) -> dict:
+    """{'clock_mhz', 'tiers': [...], 'copy': {...}, 'loaded': {...}, 'missing': [...]} of a run
+    directory (a path, an open run, or its `RunAnalysis`)."""
+    res = run if isinstance(run, RunAnalysis) else analyze_run(run)
+    published, published_mhz = published_plateaus()
+    clocks = res.meta.get("clocks") if isinstance(res.meta.get("clocks"), dict) else {}
+    applied = clocks.get("applied") if isinstance(clocks.get("applied"), dict) else {}
+    out: dict = {"clock_mhz": res.meta.get("sm_clock_mhz"), "published_mhz": published_mhz,
+                 "nvml_sm_mhz": applied.get("sm_mhz"), "clock_mode": clocks.get("mode"),
+                 "tiers": [], "copy": None, "loaded": None, "missing": []}
+    tiers = _ladder_tiers(res)
+    if not tiers:
+        out["missing"].append("latency")
+    for tier in tiers:
+        if tier.name not in published:
+            continue
+        lo, hi = published[tier.name]
+        p50 = float(tier.dist.summary["p50"])
+        rel = 0.0 if lo <= p50 <= hi else min(abs(p50 - lo) / lo, abs(p50 - hi) / hi)
+        out["tiers"].append({"tier": tier.name, "measured_cycles": p50, "published_cycles": (lo, hi),
+                             "off_by": rel, "within": rel <= TOLERANCE})
+    bw = res.bandwidth
+    if bw is None or bw.empty:
+        out["missing"].append("bandwidth")
+    else:
+        memcpy = bw.loc[bw["kernel"] == "memcpy", "best_gbs"]
+        copy = bw.loc[bw["kernel"] == "copy", "best_gbs"]
+        if len(memcpy) and len(copy):
+            ratio = float(copy.max() / memcpy.max())
+            out["copy"] = {"copy_gbs": float(copy.max()), "memcpy_gbs": float(memcpy.max()), "ratio": ratio,
+                           "meets": ratio >= COPY_TARGET}
+    levels = res.loaded
+    if levels is None or levels.empty:
+        out["missing"].append("loaded")
+    else:
+        hbm = levels[levels["access"] == "hbm"].sort_values("level")
+        rt = {int(r.level): r for r in levels[levels["access"] == "retouch"].itertuples()}
+        nan = float("nan")
+        rows = []
+        for h in hbm.itertuples():
+            r = rt.get(int(h.level))
+            delay = res.replacement.get(int(h.level))
+            rows.append({"level": int(h.level), "fraction": float(h.bandwidth_fraction),
+                         "gbs": float(getattr(h, "achieved_gbs", nan)), "hbm_p50": float(h.p50),
+                         "hbm_p99": float(h.p99), "retouch_p50": float(r.p50) if r is not None else nan,
+                         "retouch_p99": float(r.p99) if r is not None else nan,
+                         "delay_p50": float(delay.summary["p50"]) if delay is not None else nan})
+        out["loaded"] = {"levels": int(levels["level"].nunique()),
+                         "max_fraction": float(levels["bandwidth_fraction"].max()), "rows": rows}
+        out["loaded"]["meets"] = out["loaded"]["levels"] >= 8 and out["loaded"]["max_fraction"] >= 0.9
+    return out
+
+
+def format_figures(fig: dict) -> list[str]:
+    """Plain lines for a terminal or a closing note."""
+    nvml = (f"; NVML read {fig['nvml_sm_mhz']} MHz with the clocks locked" if fig.get("nvml_sm_mhz")
+            else f"; clocks {fig.get('clock_mode') or 'not recorded'}")
+    lines = [f"SM clock {fig['clock_mhz'] or float('nan'):.0f} MHz measured (clock64 against %globaltimer{nvml}); "
+             f"published plateaus are at {fig['published_mhz']:.0f} MHz"]
+    for t in fig["tiers"]:
+        lo, hi = t["published_cycles"]
+        pub = f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+        lines.append(f"{t['tier']:<8} {t['measured_cycles']:7.1f} cycles vs published {pub:>7}: "
+                     f"{'within' if t['within'] else 'OUTSIDE'} {TOLERANCE:.0%} (off by {t['off_by']:.1%})")
+    if fig["copy"]:
+        c = fig["copy"]
+        lines.append(f"copy kernel {c['copy_gbs']:.0f} GB/s vs cudaMemcpy D2D {c['memcpy_gbs']:.0f} GB/s: "
+                     f"{c['ratio']:.1%} ({'meets' if c['meets'] else 'BELOW'} {COPY_TARGET:.0%})")
+    if fig["loaded"]:
+        ld = fig["loaded"]
+        lines.append(f"loaded latency: {ld['levels']} levels up to {ld['max_fraction']:.0%} of peak "
+                     f"({'meets' if ld['meets'] else 'does NOT meet'} >= 8 levels to >= 90%)")
+        lines.append("level  fraction   GB/s  hbm p50/p99 (cycles)  retouch p50/p99  delay p50")
+        for r in ld["rows"]:
+            lines.append(f"{r['level']:5d}  {r['fraction']:8.2f}  {r['gbs']:5.0f}  {r['hbm_p50']:8.0f} / "
+                         f"{r['hbm_p99']:6.0f}      {r['retouch_p50']:6.0f} / {r['retouch_p99']:6.0f}  "
+                         f"{r['delay_p50']:8.0f}")
+    for m in fig["missing"]:
+        lines.append(f"missing: probes/{m}.parquet")
+    return lines
+
+
+def figures_report(run) -> list[str]:
+    """`sitsprof probe figures RUN_DIR`: the checked figures of one run, as lines to print."""
+    return format_figures(check_figures(run))
