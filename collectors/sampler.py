@@ -81,10 +81,6 @@ class PeriodicSampler:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def __enter__(self):
         return self.start()
 

@@ -147,7 +147,3 @@ def device_facts(index: int = 0, cuda: bool = True) -> dict:
         "sources": sources,
     }
 
-
-def all_device_facts(cuda: bool = True) -> list[dict]:
-    pynvml = nvml()
-    return [device_facts(i, cuda=cuda) for i in range(pynvml.nvmlDeviceGetCount())]

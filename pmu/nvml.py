@@ -63,13 +63,6 @@ def describe_init_failure(pynvml, exc) -> str:
     return f"NVML could not start: {exc}; check that nvidia-smi works on this node"
 
 
-def reset_session() -> None:
-    """Forget the session (tests swap the NVML library underneath)."""
-    global _started
-    with _lock:
-        _started = False
-
-
 def device_count() -> int:
     pynvml = nvml()
     return int(pynvml.nvmlDeviceGetCount())
