@@ -18,14 +18,9 @@ def clocks() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def show(device: int, as_json: bool) -> None:
     """Current, max and base clocks, supported values, event reasons and sitsprof's lock records."""
-    from sitsprof.pmu.clocks import lock_records
-    from sitsprof.pmu.device import clock_facts, event_reason_list
-    from sitsprof.pmu.nvml import handle
+    from sitsprof.pmu.clocks import clock_status
 
-    h = handle(device)
-    facts = clock_facts(h)
-    facts["event_reasons"] = event_reason_list(h)
-    facts["locks"] = [r for r in lock_records() if r.get("index") == device]
+    facts = clock_status(device)
     if as_json:
         click.echo(json.dumps(facts, indent=2))
         return

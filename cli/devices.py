@@ -16,14 +16,9 @@ def _mib(value) -> str:
 @click.option("--device", "device", type=int, default=None, help="Only this GPU index.")
 def devices(as_json: bool, show_counters: bool, device: int | None) -> None:
     """GPU facts (name, UUID, clocks, L2, memory...) plus capabilities: clock locking, GPM, CUPTI PM sampling."""
-    from sitsprof.pmu.capabilities import capabilities
-    from sitsprof.pmu.device import device_facts
-    from sitsprof.pmu.nvml import device_count
+    from sitsprof.pmu.capabilities import device_entries
 
-    indices = [device] if device is not None else list(range(device_count()))
-    entries = []
-    for index in indices:
-        entries.append({**device_facts(index), "capabilities": capabilities(index)})
+    entries = device_entries(device)
     if as_json:
         click.echo(json.dumps(entries, indent=2))
         return
@@ -65,5 +60,6 @@ def devices(as_json: bool, show_counters: bool, device: int | None) -> None:
             console.print(counters)
             for note in notes:
                 console.print(f"  {note}", highlight=False)
+
 
 COMMANDS = [devices]

@@ -10,17 +10,10 @@ import click
 @click.option("--gpm/--no-gpm", default=True, show_default=True, help="Also export GPM ratios where supported.")
 def export(port: int, bind: str, gpm: bool) -> None:
     """Serve NVML (and GPM) gauges at http://BIND:PORT/metrics until interrupted."""
-    import threading
+    from sitsprof.collectors.exporter import serve_until_interrupted
 
-    from sitsprof.collectors.exporter import serve
-
-    server, collector = serve(port, bind, gpm=gpm)
-    click.echo(f"sitsprof: serving metrics on http://{bind}:{server.server_port}/metrics (Ctrl-C to stop)", err=True)
-    try:
-        threading.Event().wait()
-    finally:
-        server.shutdown()
-        collector.close()
+    serve_until_interrupted(port, bind, gpm=gpm, on_ready=lambda actual: click.echo(
+        f"sitsprof: serving metrics on http://{bind}:{actual}/metrics (Ctrl-C to stop)", err=True))
 
 
 COMMANDS = [export]

@@ -27,7 +27,7 @@ import click
 def record(duration, parent, name, device, clock_mode, sm, memory, interval, nvml_groups, gpm, cupti, cupti_interval,
            command):
     """Run COMMAND under the samplers and write a run directory (sitsprof record --duration 10s -- python train.py)."""
-    from sitsprof.collectors.record import record as do_record
+    from sitsprof.collectors.record import check_workload, record as do_record
     from sitsprof.common.durations import parse_duration
 
     command = list(command)
@@ -49,11 +49,7 @@ def record(duration, parent, name, device, clock_mode, sm, memory, interval, nvm
     for name_, reason in (run.meta.get("samplers_skipped") or {}).items():
         click.echo(f"{name_}: skipped: {reason}")
     click.echo(f"run directory: {run.path} ({run.status})")
-    code = result.get("exit_code")
-    if code and not result.get("timed_out"):
-        from sitsprof.collectors.errors import WorkloadFailed
-
-        raise WorkloadFailed(command, code)
+    check_workload(command, result)
 
 
 @click.command("inspect")
@@ -61,18 +57,14 @@ def record(duration, parent, name, device, clock_mode, sm, memory, interval, nvm
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def inspect(run_dir: str, as_json: bool) -> None:
     """Status, completeness and tables of a run directory (flags runs that did not finish)."""
-    from sitsprof.collectors.rundir import open_run
+    from sitsprof.collectors.rundir import inspect_run
 
-    run = open_run(run_dir)
-    summary = run.summary()
-    summary["started_at"] = run.meta.get("started_at")
-    summary["ended_at"] = run.meta.get("ended_at")
-    summary["error"] = run.meta.get("error")
+    summary = inspect_run(run_dir)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    flag = "complete" if run.complete else f"INCOMPLETE (status: {run.status})"
-    click.echo(f"{run.path}: {flag}")
+    flag = "complete" if summary["complete"] else f"INCOMPLETE (status: {summary['status']})"
+    click.echo(f"{summary['path']}: {flag}")
     click.echo(f"  started {summary['started_at']}, ended {summary['ended_at'] or '-'}")
     if summary["error"]:
         click.echo(f"  error: {summary['error']}")

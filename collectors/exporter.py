@@ -151,3 +151,17 @@ def serve(port: int = 9400, bind: str = "127.0.0.1", devices=None, gpm: bool = T
         collector.close()
         raise CollectorError(f"cannot listen on {bind}:{port}: {exc.strerror or exc}") from None
     return server, collector
+
+
+def serve_until_interrupted(port: int = 9400, bind: str = "127.0.0.1", gpm: bool = True, on_ready=None) -> None:
+    """`sitsprof export`: serve until interrupted (Ctrl-C), then stop the server and the GPM readers.
+
+    `on_ready(port)` is called once the server listens (the port it got, for port 0)."""
+    server, collector = serve(port, bind, gpm=gpm)
+    if on_ready is not None:
+        on_ready(server.server_port)
+    try:
+        threading.Event().wait()
+    finally:
+        server.shutdown()
+        collector.close()

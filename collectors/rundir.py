@@ -297,3 +297,12 @@ def open_run(path) -> RunDirectory:
         )
     return RunDirectory(path, meta)
 
+
+def inspect_run(path) -> dict:
+    """`sitsprof inspect`: the run's `summary()` with its start and end times and its error, if any."""
+    run = open_run(path)
+    summary = run.summary()
+    summary["started_at"] = run.meta.get("started_at")
+    summary["ended_at"] = run.meta.get("ended_at")
+    summary["error"] = run.meta.get("error")
+    return summary

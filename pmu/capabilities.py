@@ -62,3 +62,12 @@ def capabilities(index: int = 0) -> dict:
         "cupti_pm_sampling": {"available": cupti_ok, "reason": cupti_reason},
         "counters": counters,
     }
+
+
+def device_entries(index: int | None = None) -> list[dict]:
+    """`sitsprof devices`: the facts of every GPU (or only GPU `index`), each with its `capabilities`."""
+    from sitsprof.pmu.device import device_facts
+    from sitsprof.pmu.nvml import device_count
+
+    indices = [index] if index is not None else list(range(device_count()))
+    return [{**device_facts(i), "capabilities": capabilities(i)} for i in indices]
