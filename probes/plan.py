@@ -62,20 +62,6 @@ class DeviceLimits:
     memory_bytes: int = 0
     free_bytes: int = 0
 
-    @classmethod
-    def from_facts(cls, facts: dict, free_bytes: int | None = None) -> "DeviceLimits":
-        """From `sitsprof.pmu.device.device_facts` (free memory from NVML's used bytes unless given)."""
-        cc = facts.get("compute_capability") or "0.0"
-        if isinstance(cc, str):
-            major, _, minor = cc.partition(".")
-            cc = (int(major or 0), int(minor or 0))
-        total = int(facts.get("memory_bytes") or 0)
-        if free_bytes is None:
-            free_bytes = total - int(facts.get("memory_used_bytes") or 0)
-        return cls(name=str(facts.get("name") or "unknown GPU"), index=int(facts.get("index") or 0),
-                   compute_capability=tuple(cc), sm_count=int(facts.get("sm_count") or 0),
-                   l2_bytes=facts.get("l2_bytes"), memory_bytes=total, free_bytes=int(free_bytes))
-
     @property
     def is_hopper(self) -> bool:
         return self.compute_capability == (9, 0)

@@ -45,13 +45,6 @@ def test_geometric_sizes_cover_the_range_in_lines():
         geometric_sizes(4 * KiB, 2 * KiB)
 
 
-def test_from_facts():
-    facts = {"index": 1, "name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "sm_count": 132,
-             "l2_bytes": 50 * MiB, "memory_bytes": 80 * GiB, "memory_used_bytes": 1 * GiB}
-    dev = DeviceLimits.from_facts(facts)
-    assert dev.is_hopper and dev.index == 1 and dev.free_bytes == 79 * GiB
-
-
 def test_footprint_beyond_free_memory_is_refused_with_the_numbers():
     plan = LatencyPlan(ChaseSweep(geometric_sizes(16 * KiB, 400 * GiB, 1)))
     with pytest.raises(PlanError, match=r"needs \d+ GiB .* has 140 GiB free.*lower the largest footprint"):
