@@ -3,7 +3,6 @@ and mark the run interrupted; SIGKILL leaves a readable, incomplete run and a lo
 the next command warns about and `sitsprof clocks reset` clears."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
