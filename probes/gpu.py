@@ -255,7 +255,7 @@ class Probes:
                          "throttle_ns": 0, "sms_used": 0, "rep": rep, "bytes": nbytes, "seconds": seconds,
                          "achieved_gbs": nbytes / seconds / 1e9})
         progress(1)
-        del src, dst
+        src = dst = None  # free the buffers (the memcpy closure above reads these names)
         cp.get_default_memory_pool().free_all_blocks()
         return tables.add_memcpy_ratio(pd.DataFrame(rows))
 

@@ -1,23 +1,21 @@
-"""The demo chain's report: calibration -> cost of every policy's hits -> one HTML file.
+"""The report half of `sitsprof demo`: which GPU figures, and the HTML from the priced results.
 
-`demo_report(out_dir, trace, results, document)` is called by `sitsprof demo` after it has
+`demo_report(out_dir, policy_results, document)` is called by `sitsprof demo` after it has
 replayed the three-stack workload through every policy. It
 
 1. picks the GPU figures: a measured run bundled under `examples/` (a real, complete,
    non-synthetic run directory) calibrated with `reports.fromrun`, or else the shipped
    `hopper-published` reference calibration, labelled as such on the report;
-2. prices every (policy, capacity) replay with the policy engine's cost model on those
-   figures (TTFT P50/P99 per request, tokens/s): results the demo already priced on the same
-   calibration are taken as they are, others are priced again (`simulate_costed`);
-3. takes the SITS controller's decision timeline at the middle capacity (from the demo's SITS
-   result, or one SITS run);
-4. writes `calibration.json`, `policy-results.json` and `report.html` into `out_dir`.
+2. asks `policy_results(calibration)` for the policy-results document priced on those
+   figures (the policy half, `sitsprof.policies.demo.policy_results`, which `cli/demo.py`
+   passes in: reports do not run policies);
+3. writes `calibration.json`, `policy-results.json` and `report.html` into `out_dir`.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -43,8 +41,9 @@ def find_example_run(root: Path = EXAMPLES) -> Path | None:
 def choose_calibration(out_dir: Path, run_dir: Path | None = None) -> tuple[dict, Any, str]:
     """(calibration, RunAnalysis or None, banner): measured from a bundled run, else the reference."""
     from .analysis import analyze_run
-    from .calibration import load_calibration, write_calibration
-    from .fromrun import IncompleteRunError, calibration_from_run
+    from sitsprof.calibration import load_calibration, write_calibration
+    from .errors import IncompleteRunError
+    from .fromrun import calibration_from_run
 
     run_dir = run_dir or find_example_run()
     if run_dir is not None:
@@ -139,20 +138,21 @@ def calibration_section(cal: dict) -> Section:
     return Section("Calibration used", intro=intro, tables=tables)
 
 
-def demo_report(out_dir, trace, results: Sequence, document: dict | None = None, run_dir: Path | None = None) -> Path:
-    """Write calibration.json, policy-results.json and report.html into `out_dir`; returns the report."""
+def demo_report(out_dir, policy_results: Callable[[dict], dict], document: dict | None = None,
+                run_dir: Path | None = None) -> Path:
+    """Write calibration.json, policy-results.json and report.html into `out_dir`; returns the report.
+
+    `policy_results(calibration)` returns the policy-results document priced on `calibration`.
+    """
     from sitsprof.collectors.rundir import tool_version
 
-    from .report import policy_section, run_sections
+    from .policy_report import policy_section
+    from .run_report import run_sections
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cal, analysis, banner = choose_calibration(out, run_dir)
-    rows = price_results(trace, results, cal)
-    capacities = sorted({r.capacity for r in results})
-    middle = capacities[len(capacities) // 2] if capacities else None
-    timeline = sits_timeline(trace, middle, cal, results) if capacities else []
-    payload = {"calibration": cal["name"], "results": rows, "decisions": timeline, "decisions_capacity": middle}
+    payload = policy_results(cal)
     (out / "policy-results.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
 
     sections = []

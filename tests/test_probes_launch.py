@@ -336,7 +336,7 @@ def test_sitsprof_run_phases_line_up_with_the_sampler_clock(emulated, fake_gpu, 
     from sitsprof.cli.main import main
     from sitsprof.collectors.rundir import open_run
     from sitsprof.reports.analysis import analyze_run
-    from sitsprof.reports.report import timeline_figures
+    from sitsprof.reports.run_report import timeline_figures
 
     code = main(["run", "--parts", "latency,bandwidth", "--clocks", "none", "--out", str(tmp_path),
                  "--name", "aligned"])

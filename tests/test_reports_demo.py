@@ -11,7 +11,7 @@ from sitsprof.reports.demo import demo_report, find_example_run
 @pytest.fixture(scope="module")
 def workload():
     from sitsprof.policies.traces import generator
-    from sitsprof.policies.engine import simulate_many
+    from sitsprof.policies.sweep import simulate_many
 
     requests = generator.generate_requests(seed=1, duration_s=240.0)
     trace = generator.requests_to_trace(requests, source="test")
@@ -19,10 +19,17 @@ def workload():
     return trace, simulate_many(trace, ["lru", "lirs"], caps)
 
 
+def pricing(trace, results):
+    """The policy half the CLI passes in: the results priced on the calibration the report chose."""
+    from sitsprof.policies.demo import policy_results
+
+    return lambda calibration: policy_results(trace, results, calibration)
+
+
 def test_reference_calibration_is_labelled(workload, tmp_path, monkeypatch):
     monkeypatch.setattr("sitsprof.reports.demo.find_example_run", lambda: None)
     trace, results = workload
-    path = demo_report(tmp_path, trace, results, {"workload": {"requests": trace.n_requests}})
+    path = demo_report(tmp_path, pricing(trace, results), {"workload": {"requests": trace.n_requests}})
     html = path.read_text()
     assert "GPU figures NOT MEASURED" in html and "hopper-published" in html
     payload = json.loads((tmp_path / "policy-results.json").read_text())
@@ -39,7 +46,7 @@ def test_bundled_run_is_calibrated_and_shown(workload, tmp_path):
     trace, results = workload
     run = make_synthetic_run(tmp_path / "examples", "h200-node", samples=20_000).path
     assert find_example_run(tmp_path / "examples") is None  # synthetic runs are never the bundled example
-    path = demo_report(tmp_path / "out", trace, results, run_dir=run)
+    path = demo_report(tmp_path / "out", pricing(trace, results), run_dir=run)
     html = path.read_text()
     assert "MEASURED by sitsprof" in html and "Bundled run h200-node" in html
     assert json.loads((tmp_path / "out" / "calibration.json").read_text())["provenance"]["run"] == "h200-node"

@@ -8,8 +8,10 @@ import pytest
 
 from sitsprof.cli.main import main
 from sitsprof.reports.analysis import analyze_run
+from sitsprof.reports.fleet import fleet_outliers
 from sitsprof.reports.html import render_html
-from sitsprof.reports.report import build_report, fleet_outliers, policy_section
+from sitsprof.reports.policy_report import policy_section
+from sitsprof.reports.report import build_report
 from sitsprof.reports.synthetic import make_fleet, make_synthetic_run
 
 HOSTILE = '<script>alert(1)</script>'
@@ -43,7 +45,8 @@ def test_fleet_report_marks_the_slow_node(fleet, html_refs):
 
 
 def _policy_payload():
-    from sitsprof.policies.engine import as_trace, simulate_many
+    from sitsprof.policies.engine.replay import as_trace
+    from sitsprof.policies.sweep import simulate_many
 
     rng = np.random.default_rng(0)
     trace = as_trace(rng.zipf(1.3, 5_000).astype(np.int32) % 2_000)
@@ -117,7 +120,7 @@ def test_record_run_shows_timelines_and_sampler_health(tmp_path):
 
 
 def test_sampler_labels_carry_units():
-    from sitsprof.reports.report import sampler_label
+    from sitsprof.reports.run_report import sampler_label
 
     assert sampler_label("power_w") == "power (W)"
     assert sampler_label("gpm_dram_bw_util_pct") == "HBM bandwidth utilisation (%)"

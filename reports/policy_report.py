@@ -1,0 +1,113 @@
+"""The policy engine's results as a report section: hit ratio and P99 per capacity, and the
+SITS controller's decision timeline.
+
+The file is read and checked by `sitsprof.policies.engine.results.read_results`, which owns
+the format on both sides (what the engine writes and what this section reads back).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .axes import axis_titles
+from .html import PALETTE, Figure, Section, Table, plot_text
+
+
+POLICY_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "triangle-down", "cross",
+                  "pentagon", "hexagon", "circle-open", "square-open", "diamond-open")
+
+
+def _policy_trace(policy: str, xs, ys, style: dict) -> dict:
+    return {"type": "scatter", "mode": "lines+markers", "name": plot_text(policy), "x": xs, "y": ys,
+            "line": {"color": style["color"]}, "marker": {"color": style["color"], "symbol": style["symbol"], "size": 7}}
+
+
+def policy_section(payload: Any, source: str = "") -> Section:
+    """Tables and plots from the policy engine's results (SimResult.to_dict rows).
+
+    Accepts a list of result rows, or an object with `results` (rows), optional `p99` rows
+    (policy, capacity, p99_ms ...) and optional `decisions` / `timeline` (SITS controller
+    windows: t or window, policy/state, and any numeric columns such as entropy, p99_ms), with
+    optional `decisions_capacity` (the capacity, in blocks, the decisions were taken at)).
+    """
+    if isinstance(payload, list):
+        payload = {"results": payload}
+    if not isinstance(payload, dict):
+        raise ValueError("policy results must be a JSON list of results or an object with 'results'")
+    results = payload.get("results") or []
+    tables, figs = [], []
+    if results:
+        rows = []
+        by_policy: dict[str, list[dict]] = {}
+        for r in results:
+            by_policy.setdefault(str(r.get("policy")), []).append(r)
+            extra = r.get("extra") or {}
+            p99 = r.get("p99_ms", extra.get("p99_ms"))
+            rows.append([r.get("policy"), r.get("capacity"), r.get("block_hit_ratio"), r.get("token_hit_ratio"),
+                         r.get("prefix_hit_ratio"), r.get("evictions"), p99])
+        tables.append(Table(["policy", "capacity (blocks)", "block hit ratio", "token hit ratio",
+                             "prefix hit ratio", "evictions", "P99 estimate (ms)"], rows, title="Policy results"))
+        # One colour and marker per policy, the same in both plots: with many policies colours
+        # come close, and the markers tell them apart where lines meet.
+        style = {policy: {"color": PALETTE[i % len(PALETTE)], "symbol": POLICY_SYMBOLS[i % len(POLICY_SYMBOLS)]}
+                 for i, policy in enumerate(by_policy)}
+        data, curves = [], {}
+        for policy, rs in by_policy.items():
+            rs = sorted(rs, key=lambda r: r.get("capacity") or 0)
+            xs, ys = [r.get("capacity") for r in rs], [r.get("block_hit_ratio") for r in rs]
+            curves.setdefault((tuple(xs), tuple(ys)), []).append(policy)
+            data.append(_policy_trace(policy, xs, ys, style[policy]))
+        same = [names for names in curves.values() if len(names) > 1]
+        caption = " ".join(f"{' and '.join(names)} give the same hit ratio at every capacity: their lines coincide."
+                           for names in same)
+        figs.append(Figure("Hit ratio per capacity", data,
+                           axis_titles("capacity (blocks)", "block hit ratio", xaxis={"type": "log"}),
+                           caption=caption))
+        p99_data = []
+        for policy, rs in by_policy.items():
+            pts = [(r.get("capacity"), r.get("p99_ms", (r.get("extra") or {}).get("p99_ms"))) for r in rs]
+            pts = sorted(p for p in pts if isinstance(p[1], (int, float)))
+            if pts:
+                p99_data.append(_policy_trace(policy, [p[0] for p in pts], [p[1] for p in pts], style[policy]))
+        if p99_data:
+            figs.append(Figure("P99 estimate per capacity", p99_data,
+                               axis_titles("capacity (blocks)", "P99 time to first token (ms)",
+                                            xaxis={"type": "log"})))
+    timeline = payload.get("decisions") or payload.get("timeline") or []
+    if timeline:
+        tkey = next((k for k in ("time", "t", "t_s", "time_s", "window") if k in timeline[0]), None)
+        xs = [row.get(tkey) for row in timeline] if tkey else list(range(len(timeline)))
+        numeric = [k for k, v in timeline[0].items() if k != tkey and isinstance(v, (int, float))
+                   and not isinstance(v, bool)]
+        # Large-valued series (milliseconds) on the left axis, small ones (entropy, scores) on the right.
+        big = {k for k in numeric if max(abs(float(row.get(k) or 0)) for row in timeline) > 10}
+        data = [{"type": "scatter", "mode": "lines", "name": plot_text(k if k in big else f"{k} (right axis)", 60),
+                 "x": xs, "y": [row.get(k) for row in timeline], "yaxis": "y" if k in big else "y3"}
+                for k in numeric]
+        state_key = next((k for k in ("policy", "state", "behaviour", "to", "action", "decision")
+                          if k in timeline[0]), None)
+        if state_key:
+            states = [str(row.get(state_key)) for row in timeline]
+            changes = [i for i in range(len(states)) if i == 0 or states[i] != states[i - 1]]
+            data.append({"type": "scatter", "mode": "markers+text", "name": plot_text(state_key),
+                         "x": [xs[i] for i in changes], "y": [0] * len(changes), "yaxis": "y2",
+                         "text": [plot_text(states[i]) for i in changes], "textposition": "top center",
+                         "marker": {"symbol": "triangle-up", "size": 10, "color": "#D55E00"}})
+        layout = axis_titles(f"trace {tkey} (s)" if tkey in ("time", "t", "t_s", "time_s") else (tkey or "window"),
+                              ", ".join(sorted(big)) or "value")
+        layout["xaxis"]["anchor"] = "y2"
+        layout["yaxis"]["domain"] = [0.25, 1.0]
+        layout["yaxis2"] = {"domain": [0.0, 0.15], "showticklabels": False, "range": [-0.5, 1.5]}
+        if len(big) < len(numeric):
+            layout["yaxis3"] = {"overlaying": "y", "side": "right", "showgrid": False, "automargin": True,
+                                "tickmode": "auto", "nticks": 6,
+                                "title": {"text": plot_text(", ".join(k for k in numeric if k not in big), 80)}}
+        layout["legend"] = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
+        layout["margin"] = {"t": 60, "r": 60 if len(big) < len(numeric) else 10}
+        at = payload.get("decisions_capacity")
+        caption = ("One point per controller window" + (f", at capacity {at:,} blocks" if isinstance(at, int) else "")
+                   + ". Triangles mark the behaviour chosen at the first window and at each change.")
+        figs.append(Figure("SITS decision timeline", data, layout, height=440, wide=True, caption=caption))
+    intro = f"From {source}." if source else ""
+    if not figs:
+        intro += " The file held no results."
+    return Section("Policy results", intro=intro.strip(), tables=tables, figures=figs)
