@@ -1,24 +1,21 @@
-"""Every replacement policy the engine knows, by CLI name.
+"""Every replacement policy the engine knows, by CLI name: the top of the policy engine.
 
-Each module in `MODULES` follows the kernel contract in
-docs/CONTRACTS.md: `NAME`, `DESCRIPTION` and a numba `KERNEL(block, req_offsets, n_blocks,
-capacity, hit, *params) -> (evictions, max_resident)`. To add a policy, write the module and
-import it here and add it to `MODULES`.
+Each module in `MODULES` follows the policy contract in docs/CONTRACTS.md: `NAME`,
+`DESCRIPTION` and `KERNEL(block, req_offsets, n_blocks, capacity, hit, *params) ->
+(evictions, max_resident)`, a numba function for the classic policies; the adaptive ones
+also expose `run(trace, capacity, **PARAMS)`. Nothing listed here imports this module. To
+add a policy, write the module, import it here and add it to `MODULES`.
 """
 from __future__ import annotations
 
 from types import ModuleType
 
-from . import semantic_shard, sits
+from .adaptive import semantic_shard, sits
 from .classic import arc, fifo, lfu, lirs, lru, prefix_lru, s3fifo, sieve, twoq
-from .errors import PolicyEngineError
+from .errors import UnknownPolicyError
 
 # The policy modules, in the order tables list them.
 MODULES: tuple[ModuleType, ...] = (lru, fifo, lfu, sieve, lirs, arc, s3fifo, twoq, prefix_lru, sits, semantic_shard)
-
-
-class UnknownPolicyError(PolicyEngineError):
-    """A policy name the registry does not know."""
 
 
 def _load() -> dict[str, ModuleType]:
@@ -50,3 +47,11 @@ def get_policy(name: str) -> ModuleType:
         raise UnknownPolicyError(
             f"unknown policy {name!r}; choose from {', '.join(POLICIES)}"
         ) from None
+
+
+def select_policies(text: str) -> list[str]:
+    """`lru,arc` or `all` -> registered policy names, without repeats (UnknownPolicyError names the choices)."""
+    names = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not names or names == ["all"]:
+        return policy_names()
+    return list(dict.fromkeys(get_policy(name).NAME for name in names))

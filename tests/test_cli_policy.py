@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from sitsprof.cli.policy import parse_capacities
-from sitsprof.policies.engine import simulate
+from sitsprof.policies.engine.capacity import parse_capacities
+from sitsprof.policies.sweep import simulate
 from sitsprof.policies.errors import CapacityError
 from sitsprof.policies.traces.detect import read_trace
 from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl
@@ -176,7 +176,7 @@ def test_demo_writes_results(tmp_path, cli):
 def test_progress_bar_on_a_terminal_only(small_trace):
     from rich.console import Console
 
-    from sitsprof.cli.policy import run_with_progress
+    from sitsprof.cli.console import run_with_progress
 
     trace = read_trace(small_trace)
     screen = io.StringIO()

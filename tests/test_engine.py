@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sitsprof.policies.engine import SimResult, check_capacity, simulate, simulate_many
+from sitsprof.policies.engine.capacity import check_capacity
+from sitsprof.policies.engine.replay import SimResult
+from sitsprof.policies.sweep import simulate, simulate_many
 from sitsprof.policies.errors import CapacityError, PolicyEngineError
 from sitsprof.policies.traces.ids import trace_from_requests
 from sitsprof.policies.registry import MODULES, POLICIES, get_policy, policy_names
@@ -119,6 +121,33 @@ def test_registry_lists_every_module():
         assert module.DESCRIPTION and "\n" not in module.DESCRIPTION
 
 
+def test_every_registered_policy_keeps_the_documented_contract():
+    """docs/CONTRACTS.md: every policy has NAME, DESCRIPTION and KERNEL taking the contract's
+    five arguments first; a classic policy's KERNEL is a numba function, an adaptive policy's
+    (it has `run`) is a plain Python function and its PARAMS are tuning keywords of `run`."""
+    import inspect
+
+    from numba.core.registry import CPUDispatcher
+
+    from sitsprof.policies.engine.params import accepted, kernel_params
+
+    five = ["block", "req_offsets", "n_blocks", "capacity", "hit"]
+    for name, module in POLICIES.items():
+        kernel = module.KERNEL
+        assert list(inspect.signature(getattr(kernel, "py_func", kernel)).parameters)[:5] == five, name
+        if module.__name__.startswith("sitsprof.policies.classic."):
+            assert isinstance(kernel, CPUDispatcher) and not hasattr(module, "run"), name
+            assert accepted(module) == kernel_params(module), name
+        else:
+            assert module.__name__.startswith("sitsprof.policies.adaptive."), name
+            assert not isinstance(kernel, CPUDispatcher) and callable(module.run), name
+            run = inspect.signature(module.run).parameters
+            takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in run.values())
+            for param, default in module.PARAMS.items():
+                assert takes_kwargs or run[param].default == default, (name, param)
+            assert accepted(module) == dict(module.PARAMS), name
+
+
 # Policies that cache every missed block while there is room (no partitions, no ghosts).
 SIMPLE = ("lru", "fifo", "lfu", "sieve", "prefix_lru")
 request_lists = st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=12), min_size=1, max_size=40)
@@ -150,7 +179,7 @@ def test_every_policy_respects_capacity(requests, capacity):
 
 
 def test_request_offsets_match_the_trace():
-    from sitsprof.policies.engine import _request_offsets
+    from sitsprof.policies.traces.offsets import request_offsets as _request_offsets
 
     for requests in ([[0]], [[0, 1], [2], [0, 3, 4]], [[1]] * 5):
         trace = requests_trace(requests)

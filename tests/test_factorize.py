@@ -83,8 +83,8 @@ def test_oracle_and_mooncake_paths_do_not_import_pandas(tmp_path):
                         '{"timestamp": 5, "input_length": 100, "output_length": 3, "hash_ids": [7]}\n')
     code = (
         "import sys\n"
-        "from sitsprof.policies.engine import simulate\n"
-        "from sitsprof.policies.mrc import lru_hit_ratio_curve\n"
+        "from sitsprof.policies.sweep import simulate\n"
+        "from sitsprof.policies.engine.mrc import lru_hit_ratio_curve\n"
         "from sitsprof.policies.traces.detect import read_trace\n"
         f"for path in ({str(oracle)!r}, {str(mooncake)!r}):\n"
         "    trace = read_trace(path)\n"

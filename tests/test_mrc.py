@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libcachesim_ref import zipf_ids
-from sitsprof.policies.engine import simulate
+from sitsprof.policies.sweep import simulate
 from sitsprof.policies.errors import CapacityError
-from sitsprof.policies.mrc import (
+from sitsprof.policies.engine.mrc import (
     curve_capacities,
     lru_hit_counts,
     lru_hit_ratio_curve,

@@ -8,9 +8,9 @@ import urllib.request
 import pytest
 
 from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl
-from sitsprof.policies.metrics import build_registry, exposition, serve
+from sitsprof.policies.adaptive.metrics import build_registry, exposition, serve
 from sitsprof.policies.traces.detect import read_trace
-from sitsprof.policies import sits
+from sitsprof.policies.adaptive import sits
 from sitsprof.calibration import load_calibration, write_calibration
 
 
@@ -121,7 +121,7 @@ def test_claims_rerun_the_brief_comparisons(cli):
 
 
 def test_simulate_flags_reach_the_policies(cli, tmp_path):
-    from sitsprof.policies import semantic_shard
+    from sitsprof.policies.adaptive import semantic_shard
     from sitsprof.policies.traces.generator import write_requests_jsonl
 
     small_trace = tmp_path / "stacks.jsonl"  # the request format names each request's model stack
@@ -158,10 +158,10 @@ def test_bad_policy_parameters_are_one_line_errors(cli, small_trace, args, messa
 
 def test_durations_and_parameter_values():
     from sitsprof.common.durations import parse_duration
-    from sitsprof.policies.params import bind
+    from sitsprof.policies.sweep import bind_params
 
     assert [parse_duration(t) for t in ("180", "180s", "3m", "1.5h", "500ms", 42)] == [180, 180, 180, 5400, 0.5, 42]
-    bound = bind(["sits", "semantic-shard"], {"window_s": "2m", "switching": "false", "shards": "4",
+    bound = bind_params(["sits", "semantic-shard"], {"window_s": "2m", "switching": "false", "shards": "4",
                                                "sample_shift": "none", "initial": "recency"})
     assert bound["sits"] == {"window_s": 120.0, "switching": False, "sample_shift": None, "initial": "recency"}
     assert bound["semantic-shard"] == {"window_s": 120.0, "shards": 4}
@@ -170,7 +170,7 @@ def test_durations_and_parameter_values():
 def test_notes_count_switches_in_the_right_number():
     from types import SimpleNamespace
 
-    from sitsprof.cli.sits import _notes
+    from sitsprof.cli.console import _notes
 
     share = {"recency": 0.25}
     assert _notes(SimpleNamespace(extra={"switches": 1, "behaviour_share": share})) == "1 switch; recency 25%"
@@ -180,11 +180,11 @@ def test_notes_count_switches_in_the_right_number():
 
 def test_demo_times_the_replay_after_a_warm_up(cli, tmp_path, monkeypatch):
     """The timed replay comes after an untimed one at the smallest capacity (the JIT compile)."""
-    from sitsprof.cli import sits as sits_cli
+    from sitsprof.policies import demo as policy_demo
 
     calls = []
-    real = sits_cli.run_policies
-    monkeypatch.setattr(sits_cli, "run_policies",
+    real = policy_demo.run_policies
+    monkeypatch.setattr(policy_demo, "run_policies",
                         lambda trace, policies, capacities, **kw: calls.append(list(capacities))
                         or real(trace, policies, capacities, **kw))
     code, out, err = cli("demo", "--duration", "120", "-p", "lru", "--out", str(tmp_path / "demo"))

@@ -5,23 +5,31 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sitsprof.policies import sits
+from sitsprof.policies.adaptive import shadows, signals, sits
+from sitsprof.policies.adaptive.signals import action_cell, adapt_alpha, migration_score, window_bounds
+from sitsprof.policies.adaptive.sits import Controller, SitsConfig
 from sitsprof.policies.classic import arc, fifo, lfu, lirs, lru, s3fifo, sieve, twoq
+from sitsprof.policies.classic.arc import RECENCY, SCAN
 from sitsprof.policies.traces.detect import read_trace
+from sitsprof.policies.traces.hashing import GOLDEN
 from sitsprof.policies.traces.ids import trace_from_ids
-from sitsprof.policies.sits import (
-    RECENCY,
-    SCAN,
-    Controller,
-    SitsConfig,
-    access_entropy,
-    action_cell,
-    adapt_alpha,
-    migration_score,
-    window_bounds,
-)
 
 CLASSIC = (lru, fifo, lfu, lirs, arc, s3fifo, sieve, twoq)
+
+
+def hash_buckets(block: np.ndarray, bits: int = 8) -> np.ndarray:
+    """Reference: the multiplicative (Fibonacci) hash of dense ids into 2**bits buckets, in numpy."""
+    return ((block.astype(np.uint64) * GOLDEN) >> np.uint64(64 - bits)).astype(np.int64)
+
+
+def access_entropy(block: np.ndarray) -> float:
+    """Reference: Shannon entropy (bits) of the ids hashed into 256 buckets, in numpy."""
+    buckets = hash_buckets(np.asarray(block))
+    if len(buckets) == 0:
+        return 0.0
+    counts = np.bincount(buckets, minlength=256)
+    p = counts[counts > 0] / len(buckets)
+    return float(-(p * np.log2(p)).sum())
 
 
 @pytest.fixture(scope="module")
@@ -130,10 +138,14 @@ def test_controller_obeys_the_matrix():
     assert ctl.decide(0, 0.0, 7.0, 180.0, 1.0, {RECENCY: 10, SCAN: 10}, 1000) == SCAN  # a tie keeps
 
 
+def _entropy(block):
+    return signals.window_entropy(block, 0, len(block))
+
+
 def test_entropy_is_bounded_by_eight_bits():
-    assert access_entropy(np.zeros(1000, dtype=np.int32)) == 0.0
-    assert access_entropy(np.arange(100_000, dtype=np.int32)) == pytest.approx(8.0, abs=0.01)
-    assert 0.9 < access_entropy(np.array([1, 2] * 50, dtype=np.int32)) <= 1.0
+    assert _entropy(np.zeros(1000, dtype=np.int32)) == 0.0
+    assert _entropy(np.arange(100_000, dtype=np.int32)) == pytest.approx(8.0, abs=0.01)
+    assert 0.9 < _entropy(np.array([1, 2] * 50, dtype=np.int32)) <= 1.0
 
 
 def test_windows_follow_trace_time_and_reference_cap():
@@ -161,21 +173,21 @@ def test_compiled_helpers_match_their_numpy_definitions():
     rng = np.random.default_rng(5)
     block = rng.integers(0, 50_000, 20_000).astype(np.int32)
     for k in (1, 3):
-        expected = np.flatnonzero(sits.hash_buckets(block, 16) & ((1 << k) - 1) == 0)
+        expected = np.flatnonzero(hash_buckets(block, 16) & ((1 << k) - 1) == 0)
         bounds = np.array([0, 7_000, 7_001, 20_000], dtype=np.int64)
-        dense, m, cuts = sits.sample_refs(block, 50_000, k, bounds)
+        dense, m, cuts = shadows.sample_refs(block, 50_000, k, bounds)
         assert cuts.tolist() == np.searchsorted(expected, bounds).tolist()
         # dense renumbering keeps identity: equal blocks <-> equal codes, 0..m-1 all used
         assert len(np.unique(dense)) == len(np.unique(block[expected])) == m
         assert len(set(zip(block[expected].tolist(), dense.tolist()))) == m  # a bijection
-        counts = sits.shadow_counts(block, 50_000, 8 << k, k, bounds)
+        counts = shadows.shadow_counts(block, 50_000, 8 << k, k, bounds)
         for behaviour, module in ((RECENCY, lru), (SCAN, arc)):
             hits = _kernel_hits(module, trace_from_ids(block[expected]), 8)
             assert counts[1 + behaviour].tolist() == [int(hits[a:b].sum()) for a, b in zip(cuts[:-1], cuts[1:])]
-    assert sits.window_entropy(block, 100, 5_000) == pytest.approx(access_entropy(block[100:5_000]))
+    assert signals.window_entropy(block, 100, 5_000) == pytest.approx(access_entropy(block[100:5_000]))
     values = rng.random(3_000)
     for m in (1, 2, 101, 2_048):
-        assert sits.p99(values, m) == pytest.approx(np.percentile(values[:m], 99))
+        assert signals.p99(values, m) == pytest.approx(np.percentile(values[:m], 99))
 
 
 def test_reference_count_windows_start_at_request_boundaries():
@@ -190,7 +202,7 @@ def test_reference_count_windows_start_at_request_boundaries():
 
 def test_strided_entropy_matches_the_slice():
     block = np.random.default_rng(2).integers(0, 10_000, 50_000).astype(np.int32)
-    assert sits.window_entropy(block, 7, 40_000, 5) == pytest.approx(access_entropy(block[7:40_000:5]))
+    assert signals.window_entropy(block, 7, 40_000, 5) == pytest.approx(access_entropy(block[7:40_000:5]))
 
 
 def test_large_windows_sample_their_p99_within_bounds():

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sitsprof.policies.sits import HybridCache, SCAN
-from sitsprof.policies.threshold import ThresholdEngine
+from sitsprof.policies.adaptive.hybrid import HybridCache
+from sitsprof.policies.classic.arc import SCAN
+from sitsprof.policies.adaptive.threshold import ThresholdEngine
 
 
 def _cache(entries=100):
@@ -85,7 +86,7 @@ def test_entry_cost_defaults_to_calibrated_hbm_latency():
 
 
 def test_threshold_gate_in_a_sits_run():
-    from sitsprof.policies import sits
+    from sitsprof.policies.adaptive import sits
     from sitsprof.policies.traces.ids import trace_from_ids
 
     # 200 s of hits on 50 hot blocks, then only new blocks: every window's P99 is a miss
@@ -112,7 +113,7 @@ def _gate_trace():
 
 
 def test_the_baseline_is_literal_lirs_until_the_switch():
-    from sitsprof.policies import sits
+    from sitsprof.policies.adaptive import sits
     from sitsprof.policies.classic import lirs
 
     trace = _gate_trace()
@@ -130,8 +131,8 @@ def test_the_baseline_is_literal_lirs_until_the_switch():
 
 
 def test_the_switch_keeps_every_lirs_resident_block():
-    from sitsprof.policies.sits import RECENCY
-    from sitsprof.policies.threshold import LirsBaseline
+    from sitsprof.policies.classic.arc import RECENCY
+    from sitsprof.policies.adaptive.threshold import LirsBaseline
 
     rng = np.random.default_rng(3)
     block = (rng.zipf(1.2, 20_000) % 3_000).astype(np.int32)
@@ -151,7 +152,7 @@ def test_the_switch_keeps_every_lirs_resident_block():
 
 
 def test_overrun_from_lirs_rolls_back_and_lirs_keeps_serving():
-    from sitsprof.policies import sits
+    from sitsprof.policies.adaptive import sits
 
     trace = _gate_trace()
     r = sits.run(trace, 100, threshold=True, window_s=30.0, threshold_budget_ms=1e-9)
@@ -163,7 +164,7 @@ def test_overrun_from_lirs_rolls_back_and_lirs_keeps_serving():
 
 
 def test_threshold_windows_is_a_parameter():
-    from sitsprof.policies import sits
+    from sitsprof.policies.adaptive import sits
     from sitsprof.policies.errors import PolicyEngineError
 
     r = sits.run(_gate_trace(), 100, threshold=True, window_s=30.0, threshold_windows=2)

@@ -16,7 +16,7 @@ one decode step (weights plus the context's KV read once). Requests are served o
 time: no queueing is modelled, so the percentiles are those of service time, not of
 latency under load.
 
-GPU figures come from a calibration file (reports/calibration.py); none given means the
+GPU figures come from a calibration file (calibration/); none given means the
 shipped ``hopper-published`` reference, which is not a measurement.
 """
 from __future__ import annotations
@@ -26,18 +26,15 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..reports.calibration import CalibrationError, latency_ns, load_calibration
-from .errors import PolicyEngineError
-from .models import DEFAULT_MODEL, ModelPreset, get_model
-from .traces.trace import Trace
+from sitsprof.calibration import CalibrationError, latency_ns, load_calibration
+
+from ..errors import CostModelError
+from ..traces.trace import Trace
+from .models import DEFAULT_MODEL, PRESETS, ModelPreset, get_model
 
 MISS_MODES = ("recompute", "reload")
 # Columns of the coefficient table (one row per model preset in use), all in seconds.
 HIT_PER_TOKEN, HIT_FIXED, MISS_PER_TOKEN, MISS_FIXED, MISS_ATTN, DECODE_FIXED, DECODE_PER_TOKEN = range(7)
-
-
-class CostModelError(PolicyEngineError):
-    """A cost model that cannot be built from what it was given."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +85,6 @@ class CostModel:
         presets = [self.model]
         if trace is None or not (self.stack_models and trace.tenant_names):
             return presets, None
-        from .models import PRESETS
-
         code_to_index = np.zeros(len(trace.tenant_names) + 1, dtype=np.int64)
         for code, name in enumerate(trace.tenant_names):
             if name in PRESETS:
@@ -135,7 +130,7 @@ class CostModel:
     def decode_step(self, trace: Trace, offsets: np.ndarray | None = None) -> np.ndarray:
         """Seconds of one decode step per request (weights + the request's KV, read once)."""
         table, index = self.coefficients(trace)
-        offsets = request_offsets(trace) if offsets is None else offsets
+        offsets = trace.request_offsets if offsets is None else offsets
         first = offsets[:-1]
         rows = table[0] if not len(index) else table[index[first]].T
         tokens = request_tokens(offsets, token_column(trace), trace.block_tokens).astype(np.float64)
@@ -144,7 +139,7 @@ class CostModel:
     # -- per request ----------------------------------------------------------------
     def request_ttft(self, trace: Trace, hit: np.ndarray, offsets: np.ndarray | None = None) -> np.ndarray:
         """Seconds to first token of every request, given per-reference hit flags."""
-        offsets = request_offsets(trace) if offsets is None else offsets
+        offsets = trace.request_offsets if offsets is None else offsets
         table, index = self.coefficients(trace)
         out = np.zeros(len(offsets) - 1)
         ttft_kernel(0, len(out), 1, offsets, np.ascontiguousarray(hit, dtype=np.uint8),
@@ -171,14 +166,6 @@ class CostModel:
             out["tokens_per_s"] = None
         out.update(calibration=self.gpu.calibration, model=self.model.name, miss=self.miss)
         return out
-
-
-def request_offsets(trace: Trace) -> np.ndarray:
-    """CSR offsets of requests, the same as Trace.request_offsets: one compiled O(n) pass
-    (engine._request_offsets) with no temporary beyond the int64 result."""
-    from .engine import _request_offsets
-
-    return _request_offsets(np.ascontiguousarray(trace.request), trace.n_requests)
 
 
 def token_column(trace: Trace) -> np.ndarray:
@@ -271,45 +258,3 @@ def latency_summary(seconds: np.ndarray, overwrite: bool = False) -> dict:
     p50, p95, p99 = np.percentile(seconds, [50, 95, 99], overwrite_input=overwrite) * 1e3
     return {"requests": int(len(seconds)), "ttft_p50_ms": float(p50), "ttft_p95_ms": float(p95),
             "ttft_p99_ms": float(p99), "ttft_mean_ms": mean}
-
-
-def simulate_costed(trace: Trace, policy, capacity, calibration=None, model: str = DEFAULT_MODEL,
-                    miss: str = "recompute", prepared=None, **params):
-    """Replay one policy and price it: a SimResult whose ``extra`` carries ``cost`` (TTFT
-    percentiles, tokens/s) and ``tenancy`` (CTCCI). Classic policies replay through the
-    engine's own path (parameter checks, timing, summary); trace-aware policies (those with a
-    ``run`` function: sits, semantic-shard) get the calibration and their own parameters.
-    `prepared`: the engine's per-trace arrays when the caller replays the trace many times."""
-    from .engine import _module, _Prepared, _run, check_capacity
-    from .tenancy import ctcci
-
-    module = _module(policy)
-    capacity = check_capacity(capacity)
-    if hasattr(module, "run"):
-        offsets = None if prepared is None else prepared.offsets
-        return module.run(trace, capacity, calibration=calibration, model=model, miss=miss, offsets=offsets, **params)
-    prep = _Prepared(trace) if prepared is None else prepared
-    result = _run(prep, module, capacity, params)
-    cost = CostModel(calibration, model=model, miss=miss)
-    result.extra.update(cost=cost.summarize(trace, prep.hit, offsets=prep.offsets), tenancy=ctcci(trace, prep.hit))
-    return result
-
-
-def simulate_many_costed(trace: Trace, policies, capacities, progress=None, params=None, **cost) -> list:
-    """simulate_costed for every policy at every capacity (policy-major), `progress(done, total, label)`;
-    `params`: {policy name: {parameter: value}} (see params.bind)."""
-    from .engine import _module, _Prepared
-
-    total = len(policies) * len(capacities)
-    if total:  # read the calibration file and prepare the trace once, not once per run
-        calibration = cost.pop("calibration", None)
-        cost["calibration"] = calibration if isinstance(calibration, dict) else load_calibration(calibration)
-        cost["prepared"] = _Prepared(trace)
-    results = []
-    for policy in policies:
-        own = (params or {}).get(_module(policy).NAME, {})
-        for capacity in capacities:
-            results.append(simulate_costed(trace, policy, capacity, **cost, **own))
-            if progress is not None:
-                progress(len(results), total, f"{results[-1].policy} @ {capacity}")
-    return results

@@ -1,8 +1,10 @@
-"""Replay a trace through replacement policies and summarise what a serving engine would see.
+"""Replay a prepared trace through one policy module and summarise what a serving engine would see.
 
-`simulate(trace, "lru", 10_000)` runs one policy kernel (see docs/CONTRACTS.md) over the
-trace's dense block ids and turns its per-reference hit flags into the figures below in one
-compiled pass over the requests (no Python work per reference, no per-reference temporaries):
+`run_kernel(Prepared(trace), module, capacity, params)` runs one policy kernel (see
+docs/CONTRACTS.md) over the trace's dense block ids and turns its per-reference hit flags
+into the figures below in one compiled pass over the requests (no Python work per
+reference, no per-reference temporaries). Looking a policy up by name is one layer up
+(`policies.sweep.simulate`), so this module imports no policy.
 
 block_hit_ratio   hits / references
 token_hit_ratio   tokens carried by hit references / all tokens (`Trace.tokens`)
@@ -14,22 +16,18 @@ seconds           wall time of the kernel alone (the JIT compile excluded after 
 """
 from __future__ import annotations
 
-import inspect
-import math
-import numbers
 import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 
 import numpy as np
 from numba import njit
 
-from .errors import CapacityError, PolicyEngineError
-from .registry import get_policy
-from .traces.trace import Trace
-
-Progress = Callable[[int, int, str], None]
+from ..errors import PolicyEngineError
+from ..traces.ids import trace_from_ids
+from ..traces.offsets import request_offsets
+from ..traces.trace import Trace
+from .params import kernel_params
 
 
 @dataclass
@@ -78,34 +76,10 @@ def _plain(value):
     return value
 
 
-def check_capacity(capacity) -> int:
-    """`capacity` as a positive int, or CapacityError naming the value and the fix."""
-    if isinstance(capacity, bool) or not isinstance(capacity, numbers.Real):
-        raise CapacityError(
-            f"capacity {capacity!r} is not a number of blocks; give a positive integer such as 1000"
-        )
-    if isinstance(capacity, numbers.Integral):
-        value = int(capacity)
-    elif math.isfinite(capacity) and float(capacity).is_integer():
-        value = int(capacity)
-    else:
-        raise CapacityError(
-            f"capacity {capacity!r} is not a whole number of blocks; give a positive integer such as 1000"
-        )
-    if value <= 0:
-        raise CapacityError(
-            f"capacity {value} is not positive: a cache must hold at least one block "
-            "(give a capacity of 1 or more blocks, e.g. 1000)"
-        )
-    return value
-
-
 def as_trace(trace_or_blocks) -> Trace:
     """A Trace as is; a 1-D sequence of block ids as a trace of one-block requests."""
     if isinstance(trace_or_blocks, Trace):
         return trace_or_blocks
-    from .traces.ids import trace_from_ids
-
     ids = np.asarray(trace_or_blocks)
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
         raise PolicyEngineError(
@@ -128,28 +102,13 @@ def dense_blocks(trace: Trace) -> tuple[np.ndarray, int]:
     return block, n_blocks
 
 
-@njit(cache=True)
-def _request_offsets(request, n_requests):
-    """`Trace.request_offsets` in one O(n) pass without temporaries (request is non-decreasing)."""
-    offsets = np.empty(n_requests + 1, dtype=np.int64)
-    r = 0
-    for i in range(request.shape[0]):
-        while r <= request[i]:
-            offsets[r] = i
-            r += 1
-    while r <= n_requests:
-        offsets[r] = request.shape[0]
-        r += 1
-    return offsets
-
-
-class _Prepared:
+class Prepared:
     """Per-trace arrays every replay needs, computed once for many (policy, capacity) runs."""
 
     def __init__(self, trace: Trace):
         self.trace = trace
         self.block, self.n_blocks = dense_blocks(trace)
-        self.offsets = _request_offsets(np.ascontiguousarray(trace.request), trace.n_requests)
+        self.offsets = request_offsets(np.ascontiguousarray(trace.request), trace.n_requests)
         self.weights = token_weights(trace)
         self.hit = np.zeros(len(self.block), dtype=np.uint8)
 
@@ -166,15 +125,8 @@ def token_weights(trace: Trace) -> tuple[int | None, np.ndarray, int]:
     return None, tokens, int(tokens.sum(dtype=np.int64))
 
 
-def kernel_params(module: ModuleType) -> dict:
-    """Name -> default of the trailing parameters of a policy's KERNEL: those after the five
-    the kernel contract fixes (block, req_offsets, n_blocks, capacity, hit)."""
-    kernel = module.KERNEL
-    parameters = inspect.signature(getattr(kernel, "py_func", kernel)).parameters
-    return {name: p.default for name, p in list(parameters.items())[5:]}
-
-
-def _run(prep: _Prepared, module: ModuleType, capacity: int, params: dict) -> SimResult:
+def run_kernel(prep: Prepared, module: ModuleType, capacity: int, params: dict) -> SimResult:
+    """Replay `prep` through `module`'s KERNEL at `capacity` (checked by the caller) with `params`."""
     allowed = list(kernel_params(module))
     unknown = sorted(set(params) - set(allowed))
     if unknown:
@@ -252,33 +204,7 @@ def summarise(offsets, weights, name, capacity, hit, evictions, max_resident, se
     )
 
 
-def _module(policy) -> ModuleType:
-    return policy if isinstance(policy, ModuleType) else get_policy(str(policy))
-
-
-def simulate(trace, policy, capacity, **params) -> SimResult:
-    """Replay `trace` (a Trace or 1-D block ids) through `policy` (name or module) at `capacity` blocks."""
-    module = _module(policy)
-    capacity = check_capacity(capacity)
-    return _run(_Prepared(as_trace(trace)), module, capacity, params)
-
-
-def simulate_many(
-    trace,
-    policies: Iterable,
-    capacities: Iterable,
-    progress: Progress | None = None,
-) -> list[SimResult]:
-    """Every policy at every capacity (policy-major order); `progress(done, total, label)` after each."""
-    modules = [_module(p) for p in policies]
-    caps = [check_capacity(c) for c in capacities]
-    prep = _Prepared(as_trace(trace))
-    total = len(modules) * len(caps)
-    results: list[SimResult] = []
-    for module in modules:
-        for capacity in caps:
-            results.append(_run(prep, module, capacity, {}))
-            if progress is not None:
-                progress(len(results), total, f"{module.NAME} @ {capacity}")
-    return results
-
+def result_from_hits(trace: Trace, offsets, name, capacity, hit, evictions, max_resident, seconds, extra) -> SimResult:
+    """The SimResult of a replay that did not go through `run_kernel` (the adaptive policies'
+    `run`), from its per-reference hit flags, by the same per-request pass."""
+    return summarise(offsets, token_weights(trace), name, capacity, hit, evictions, max_resident, seconds, extra)

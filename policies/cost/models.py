@@ -15,11 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .errors import PolicyEngineError
-
-
-class UnknownModelError(PolicyEngineError):
-    """A model preset name that does not exist."""
+from ..errors import UnknownModelError
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,13 @@ cross-tenant reference is a miss by construction.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from numba import njit
 
-from .traces.trace import Trace
+from ..traces.ids import dense_ids
+from ..traces.trace import Trace
 
 LIGHT, HEAVY = 0.05, 0.2
 
@@ -73,32 +76,8 @@ def ctcci(trace: Trace, hit: np.ndarray) -> dict:
             "per_tenant": per}
 
 
-def tenant_hit_ratios(trace: Trace, request_hits: np.ndarray, keep_empty: bool = False) -> dict[str, float]:
-    """Block hit ratio of each named tenant (model stack) from per-request hits
-    (`SimResult.request_hits`). A tenant with no references is left out, or 0.0 with
-    `keep_empty` (for tables that want a column per tenant whatever the workload drew)."""
-    if not trace.tenant_names:
-        return {}
-    offsets = trace.request_offsets
-    req_tenant = trace.tenant[offsets[:-1]]
-    refs = np.diff(offsets)
-    out = {}
-    for code, name in enumerate(trace.tenant_names):
-        mask = req_tenant == code
-        total = int(refs[mask].sum())
-        if total:
-            out[name] = float(request_hits[mask].sum() / total)
-        elif keep_empty:
-            out[name] = 0.0
-    return out
-
-
 def isolate(trace: Trace) -> Trace:
     """The same trace with one namespace per tenant: block ids become dense (tenant, block) pairs."""
-    from dataclasses import replace
-
-    from .traces.ids import dense_ids
-
     key = trace.tenant.astype(np.int64) * np.int64(trace.n_blocks + 1) + trace.block.astype(np.int64)
     block, n_blocks = dense_ids(key)
     return replace(trace, block=block, n_blocks=n_blocks)

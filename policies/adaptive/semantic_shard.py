@@ -9,7 +9,7 @@ Shard key (``shard_key``):
 Keys map onto at most ``shards`` (16) shards by hash (embedding clusters beyond that wrap).
 
 Capacity: shards start with equal slots; after every window (``window_s`` of trace time) the
-SITS action matrix (entropy H, P99 d, score; see sits.py) decides whether the slots move;
+SITS action matrix (entropy H, P99 d, score; see signals.py) decides whether the slots move;
 when they do they are rebalanced in proportion to each shard's decayed reference count (at
 least one slot each), and shards above their new size evict from their LRU tail.
 
@@ -27,13 +27,23 @@ import time
 import numpy as np
 from numba import njit
 
-from .classic._structs import NIL, move_to_head, new_lists, pop_tail, push_head, unlink
-from .errors import PolicyEngineError
-from .traces.trace import Trace
+from ..classic._structs import NIL, move_to_head, new_lists, pop_tail, push_head, unlink
+from ..cost.costmodel import CostModel, token_column
+from ..engine.capacity import check_capacity
+from ..engine.replay import result_from_hits
+from ..errors import PolicyEngineError
+from ..traces.hashing import GOLDEN
+from ..traces.trace import DEFAULT_BLOCK_TOKENS, Trace
+from .signals import P99_SAMPLE, action_cell, adapt_alpha, migration_score, window_bounds, window_signals
+from .tenancy import ctcci
 
 NAME = "semantic-shard"
 DESCRIPTION = "Semantic shard cache: per-shard LRU slots rebalanced by demand, TTL expiry (180 s), shard eviction counts"
 SHARD_KEYS = ("first-block", "tenant", "stack", "embedding")
+# The tuning keywords of `run` (engine.params.accepted), with run's defaults; the rest of its
+# keywords are data (texts, embedder, offsets, hit_out) or the cost model's (calibration, model, miss).
+PARAMS = {"shard_key": "first-block", "shards": 16, "ttl_s": 180.0, "window_s": 60.0, "memory": 0.5,
+          "similarity": 0.8, "gated": True, "alpha": 0.6}
 
 
 @njit(cache=True)
@@ -128,9 +138,7 @@ def request_keys(trace: Trace, shard_key: str = "first-block", texts=None, embed
     _check_key(shard_key)
     if shard_key == "embedding":
         return _embedding_labels(trace, texts, embedder, similarity)
-    from .costmodel import request_offsets
-
-    first = request_offsets(trace)[:-1]
+    first = trace.request_offsets[:-1]
     keys = (trace.block if shard_key == "first-block" else trace.tenant)[first].astype(np.int64)
     if shard_key != "first-block":
         _check_tenant(shard_key, len(keys) and np.all(keys < 0))
@@ -176,13 +184,13 @@ def _embedding_labels(trace: Trace, texts, embedder, similarity: float) -> np.nd
 @njit(cache=True)
 def hash_shards(column, offsets, shards, out):
     """out[r] = shard of request r: its key (its first reference's block id or tenant code, as
-    int64, read as uint64) times 0x9E3779B97F4A7C15, bits 40.., modulo `shards`. Returns
+    int64, read as uint64) times `GOLDEN` (Fibonacci hashing), bits 40.., modulo `shards`. Returns
     whether any key is >= 0 (a known tenant)."""
     known = False
     for r in range(out.shape[0]):
         key = np.int64(column[offsets[r]])
         known |= key >= 0
-        h = (np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
+        h = (np.uint64(key) * GOLDEN) >> np.uint64(40)
         out[r] = h % np.uint64(shards)
     return known
 
@@ -211,13 +219,8 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
 
     With `gated` (default) the SITS action matrix decides, per window, whether the shard
     slots move: entropy H of the window's blocks and P99 TTFT d (cost model) give the cell
-    and score (sits.py); ``keep`` leaves the slots as they are, ``migrate`` rebalances them.
+    and score (signals.py); ``keep`` leaves the slots as they are, ``migrate`` rebalances them.
     Every window logs a ``rebalance`` event with H, d, score, cell, action and the slots."""
-    from .costmodel import CostModel, request_offsets, token_column
-    from .engine import check_capacity
-    from .sits import sim_result, window_bounds
-    from .tenancy import ctcci
-
     capacity = check_capacity(capacity)
     if shards < 1:
         raise PolicyEngineError(f"shards {shards} must be at least 1")
@@ -226,7 +229,7 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
     shards = min(int(shards), capacity)  # every shard needs a slot
     start = time.perf_counter()
     block = np.ascontiguousarray(trace.block, dtype=np.int32)
-    offsets = request_offsets(trace) if offsets is None else offsets
+    offsets = trace.request_offsets if offsets is None else offsets
     req_shard = request_shards(trace, offsets, shards, shard_key, texts, embedder, similarity)
     now = np.asarray(trace.time, dtype=np.float64)  # may be a zero-stride view (no times): the loops read it as is
     cost = CostModel(calibration, model=model, miss=miss)
@@ -239,7 +242,7 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
     tenancy = ctcci(trace, hit)
     seconds = time.perf_counter() - start
     total_evicted = int(evicted.sum())
-    result = sim_result(trace, offsets, NAME, capacity, hit, total_evicted, max_resident, seconds, {})
+    result = result_from_hits(trace, offsets, NAME, capacity, hit, total_evicted, max_resident, seconds, {})
     result.extra.update(
         shard_key=shard_key, shards=shards, ttl_s=ttl_s, window_s=window_s,
         shard_evictions=evicted.tolist(), shard_expirations=expired.tolist(), cross_shard_hits=int(cross[0]),
@@ -255,8 +258,6 @@ def _replay(block, offsets, n_blocks, capacity, req_shard, now, bounds, tokens, 
     """The windowed replay over plain arrays (`costing`: the cost model's table, per-reference
     preset index and whether a miss recomputes); returns (hit, evictions, expirations and
     cross-shard hits per shard, max resident, events)."""
-    from .sits import P99_SAMPLE, action_cell, adapt_alpha, migration_score, window_signals
-
     n = len(block)
     prev, nxt, head, tail = new_lists(n_blocks, shards)
     size = np.zeros(shards, dtype=np.int64)
@@ -308,10 +309,6 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, shards=16):
     """Engine-contract entry point: no trace time reaches it, so TTL and windows cannot apply;
     use `run` with the Trace. Here every reference is at t=0 (nothing expires), one window,
     shards keyed by each request's first block, every block full, the default cost model."""
-    from .costmodel import CostModel
-    from .engine import check_capacity
-    from .traces.trace import DEFAULT_BLOCK_TOKENS
-
     capacity = check_capacity(int(capacity))
     if shards < 1:
         raise PolicyEngineError(f"shards {shards} must be at least 1")

@@ -15,7 +15,7 @@ Per window the engine sees the window's P99 (ms, from the cost model) at trace t
 
 The switch uses double-buffered metadata: the back buffer is prepared from the live (front)
 metadata while the front keeps serving. From LIRS it is the SITS cache (ARC's lists, see
-sits.py) built by `lirs_to_arc`: LIR blocks in stack-S order become T2 (frequent), the
+hybrid.py) built by `lirs_to_arc`: LIR blocks in stack-S order become T2 (frequent), the
 resident HIR blocks of queue Q become T1 (recent), the non-resident HIR ids of NH become B1
 ghosts (most recent first, while |T1|+|B1| <= capacity), p = |T1|; every resident block stays
 resident, so SITS starts warm. Its cost in *model time* is a dependent walk over every
@@ -34,11 +34,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from ..reports.calibration import latency_ns, load_calibration
-from .classic._structs import NIL, push_tail_s
-from .errors import PolicyEngineError
-from .classic.arc import _B1, _T1, _T2
-from .classic.lirs import _HIRS, _MAXRES, _NHH, _QH, _SH, _SN, LIR, new_state, replay_window
+from sitsprof.calibration import latency_ns, load_calibration
+
+from ..classic._structs import NIL, push_tail_s
+from ..classic.arc import _B1, _T1, _T2
+from ..classic.lirs import _HIRS, _MAXRES, _NHH, _QH, _SH, _SN, LIR, new_state, replay_window
+from ..errors import PolicyEngineError
+from .front import FrontBuffer
+from .hybrid import HybridCache
 
 
 class LirsBaseline:
@@ -63,17 +66,15 @@ class LirsBaseline:
         """Metadata entries a switch walks: the S stack plus queue Q."""
         return int(self.st[_SN] + self.st[_HIRS])
 
-    def back_buffer(self):
+    def back_buffer(self) -> HybridCache:
         """The SITS cache built from this LIRS state (the front keeps serving meanwhile)."""
-        from .sits import HybridCache
-
         back = HybridCache(self.n_blocks, self.capacity)
         lirs_to_arc(self.links, self.qn, self.fl, self.st, self.capacity, back.prev, back.nxt, back.where,
                     back.ends, back.sizes, back.state)
         return back
 
-    def swap(self, back):
-        """After a switch the back buffer (a sits.HybridCache) is the live cache."""
+    def swap(self, back: HybridCache) -> HybridCache:
+        """After a switch the back buffer (a hybrid.HybridCache) is the live cache."""
         return back
 
 
@@ -158,10 +159,10 @@ class ThresholdEngine:
         return False, limit
 
     # -- the switch ------------------------------------------------------------------------
-    def switch_cost_ms(self, cache) -> float:
+    def switch_cost_ms(self, cache: FrontBuffer) -> float:
         return cache.entries() * float(self.entry_ns) * 1e-6
 
-    def hot_switch(self, cache, t: float, window: int, events: list) -> bool:
+    def hot_switch(self, cache: FrontBuffer, t: float, window: int, events: list) -> bool:
         """Prepare the back buffer, then swap it in or roll back; True when SITS took over
         (then `live` is the cache that serves)."""
         self.attempts += 1
@@ -182,7 +183,7 @@ class ThresholdEngine:
                        "to": "sits"})
         return True
 
-    def observe(self, window: int, t: float, p99_ms: float, cache, events: list) -> bool:
+    def observe(self, window: int, t: float, p99_ms: float, cache: FrontBuffer, events: list) -> bool:
         """Feed one window; returns True once the SITS controller is in charge."""
         if self.fired:
             return True

@@ -1,11 +1,12 @@
-"""Policy parameters by name: what each policy accepts, and values parsed from text.
+"""Policy parameters by name: the one place that says what each policy accepts, and values parsed from text.
 
-`accepted(module)` maps each parameter a policy takes to its default: the trailing keyword
-arguments of a classic ``KERNEL``; for the trace-aware policies (those with ``run``) the
-keywords of ``run`` (semantic-shard) or their ``PARAMS`` (sits). `bind(policies, given)`
-checks names and converts values (``"180s"``, ``"3m"`` for durations; ``true``/``false``;
-numbers), and returns the parameters each policy gets. A name no selected policy takes is
-one error line that lists what they do take.
+Two entry points, one answer each. `kernel_params(module)`: the trailing parameters of a
+``KERNEL`` (after the contract's five), which is what the engine's replay takes.
+`accepted(module)`: what a sweep takes, i.e. an adaptive policy's declared ``PARAMS`` (the
+tuning keywords of its ``run``, data and cost-model keywords excluded) or else the kernel's.
+`bind(modules, given)` checks names and converts values (``"180s"``, ``"3m"`` for
+durations; ``true``/``false``; numbers), and returns the parameters each policy gets. A name
+no selected policy takes is one error line that lists what they do take.
 """
 from __future__ import annotations
 
@@ -15,24 +16,23 @@ from types import ModuleType
 
 from sitsprof.common.durations import parse_duration
 
-from .errors import PolicyEngineError
+from ..errors import PolicyEngineError
 
-# Keywords of `run` that are not tuning parameters (data, outputs, the cost model's own flags).
-_NOT_PARAMS = {"trace", "capacity", "offsets", "hit_out", "texts", "embedder", "calibration", "model", "miss",
-               "gate", "kwargs"}
+
+def kernel_params(module: ModuleType) -> dict:
+    """Name -> default of the trailing parameters of a policy's KERNEL: those after the five
+    the kernel contract fixes (block, req_offsets, n_blocks, capacity, hit)."""
+    kernel = module.KERNEL
+    parameters = inspect.signature(getattr(kernel, "py_func", kernel)).parameters
+    return {name: p.default for name, p in list(parameters.items())[5:]}
 
 
 def accepted(module: ModuleType) -> dict:
-    """Parameter name -> default for one policy module."""
-    if hasattr(module, "PARAMS"):
+    """Parameter name -> default for one policy module in a sweep: `PARAMS` of a policy
+    with `run`, else its KERNEL's trailing parameters."""
+    if hasattr(module, "run"):
         return dict(module.PARAMS)
-    if not hasattr(module, "run"):
-        from .engine import kernel_params
-
-        return kernel_params(module)
-    parameters = inspect.signature(module.run).parameters
-    return {n: p.default for n, p in parameters.items()
-            if n not in _NOT_PARAMS and p.kind is not inspect.Parameter.VAR_KEYWORD}
+    return kernel_params(module)
 
 
 def convert(name: str, text, default):
@@ -75,12 +75,9 @@ def parse_assignments(items) -> dict:
     return out
 
 
-def bind(policies, given: dict) -> dict:
-    """{policy name: {parameter: value}} for `policies` (names or modules): every given name
-    must be taken by at least one of them; each policy gets the ones it takes, converted."""
-    from .registry import get_policy
-
-    modules = [p if isinstance(p, ModuleType) else get_policy(str(p)) for p in policies]
+def bind(modules, given: dict) -> dict:
+    """{policy name: {parameter: value}} for policy `modules`: every given name must be taken
+    by at least one of them; each policy gets the ones it takes, converted."""
     takes = {m.NAME: accepted(m) for m in modules}
     unknown = [name for name in given if not any(name in t for t in takes.values())]
     if unknown:

@@ -14,7 +14,7 @@ otherwise. prometheus-client is imported lazily.
 """
 from __future__ import annotations
 
-from .errors import PolicyEngineError
+from ..errors import PolicyEngineError
 
 DEFAULT_PORT = 9464
 DEFAULT_ADDR = "127.0.0.1"

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 import numpy as np
 from numba import njit
 
-from .engine import as_trace, check_capacity, dense_blocks
+from .capacity import check_capacity
+from .replay import as_trace, dense_blocks
 
 
 @njit(cache=True)

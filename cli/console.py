@@ -1,0 +1,128 @@
+"""What the policy commands (`policy ...`, `demo`) show on the terminal: tables, a progress bar,
+trace-reading warnings.
+
+Shared by cli/policy.py, cli/sits.py and cli/demo.py, which import it and not each other.
+Heavy imports (rich, the policy engine) happen inside the functions.
+"""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+import click
+
+COST_COLUMNS = ("policy", "capacity", "block hit", "TTFT P50 ms", "P95 ms", "P99 ms", "tok/s", "CTCCI", "notes")
+
+
+def load_trace(path: str, fmt: str | None, skip_bad_lines: bool):
+    """Read the trace and say on stderr what bad lines were skipped."""
+    from sitsprof.policies.traces.detect import detect_format, read_trace
+
+    trace = read_trace(path, format=fmt, skip_bad_lines=skip_bad_lines)
+    if trace.skipped_lines:
+        first = trace.skipped_examples[0] if trace.skipped_examples else ""
+        click.echo(f"sitsprof: warning: skipped {trace.skipped_lines} bad line(s); first: {first}", err=True)
+    return trace, (fmt or detect_format(path))
+
+
+def stdout_console():
+    """Console for tables: the terminal's width, or 120 columns when piped (no truncation)."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=120)
+
+
+def emit_json(document) -> None:
+    click.echo(json.dumps(document, indent=2))
+
+
+@contextmanager
+def progress_bar(policies: list[str], capacities: list[int], show: bool, console=None):
+    """A `progress(done, total, label)` callback drawing a rich bar on stderr, or None when not
+    `show`, stderr is no terminal or there is at most one run."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = console or Console(stderr=True)
+    total = len(policies) * len(capacities)
+    if not show or not console.is_terminal or total < 2:
+        yield None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(f"{policies[0]} @ {capacities[0]:,}", total=total)
+
+        def advance(done: int, total_: int, label: str) -> None:
+            progress.update(task, completed=done, description=f"done {label}")
+
+        yield advance
+
+
+def run_with_progress(trace, policies: list[str], capacities: list[int], show: bool, console=None,
+                      simulate=None, **kwargs):
+    """`simulate(trace, policies, capacities, progress=..., **kwargs)` (default sweep.simulate_many)
+    under `progress_bar`."""
+    if simulate is None:
+        from sitsprof.policies.sweep import simulate_many as simulate
+
+    with progress_bar(policies, capacities, show, console) as progress:
+        if progress is None:
+            return simulate(trace, policies, capacities, **kwargs)
+        return simulate(trace, policies, capacities, progress=progress, **kwargs)
+
+
+def results_table(results, title: str | None = None):
+    """A rich Table of simulation results."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for name, justify in (
+        ("policy", "left"), ("capacity", "right"), ("block hit", "right"), ("token hit", "right"),
+        ("prefix hit", "right"), ("evictions", "right"), ("time (s)", "right"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True)
+    for r in results:
+        table.add_row(
+            r.policy, f"{r.capacity:,}", f"{r.block_hit_ratio:.4f}", f"{r.token_hit_ratio:.4f}",
+            f"{r.prefix_hit_ratio:.4f}", f"{r.evictions:,}", f"{r.seconds:.3f}",
+        )
+    return table
+
+
+def _notes(result) -> str:
+    extra = result.extra or {}
+    if "behaviour_share" in extra:
+        share = extra["behaviour_share"]
+        n = extra["switches"]
+        return f"{n} switch{'' if n == 1 else 'es'}; recency {share['recency']:.0%}"
+    if "shard_expirations" in extra:
+        return f"{sum(extra['shard_expirations']):,} expired; {extra['shard_eviction_rate']:.1f} evict/s"
+    return ""
+
+
+def cost_table(results, title: str | None = None):
+    """Rich table: hit ratio and the cost model's TTFT percentiles per result."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for name in COST_COLUMNS:
+        table.add_column(name, justify="left" if name in ("policy", "notes") else "right", no_wrap=name != "notes")
+    for r in results:
+        cost = r.extra.get("cost") or {}
+        tenancy = r.extra.get("tenancy") or {}
+        tps = cost.get("tokens_per_s")
+        table.add_row(
+            r.policy, f"{r.capacity:,}", f"{r.block_hit_ratio:.4f}", f"{cost.get('ttft_p50_ms', 0):,.1f}",
+            f"{cost.get('ttft_p95_ms', 0):,.1f}", f"{cost.get('ttft_p99_ms', 0):,.1f}",
+            "-" if tps is None else f"{tps:,.1f}",
+            f"{tenancy.get('ctcci', 0):.3f} {tenancy.get('level', '')}" if tenancy.get("tenants", 0) > 1 else "-",
+            _notes(r),
+        )
+    return table
+
+
+def cost_title(results) -> str:
+    cost = next((r.extra.get("cost") for r in results if r.extra.get("cost")), None) or {}
+    return (f"cost model: calibration {cost.get('calibration', '?')}, model {cost.get('model', '?')}, "
+            f"miss = {cost.get('miss', '?')} (service time, no queueing)")

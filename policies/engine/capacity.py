@@ -1,0 +1,66 @@
+"""Cache capacities: one checked block count, and the grammar users write them in.
+
+`check_capacity` is the engine's single gate (every replay, curve and cost run passes
+through it), so an impossible capacity fails with the same message whatever the entry
+point. `parse_capacities` reads the command line's lists: `1000,10k,2M,5%`, where a
+percentage is of the trace's distinct blocks (so one command line fits traces of any size).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import re
+
+from ..errors import CapacityError
+
+_CAPACITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM%]?)\s*$")
+
+
+def check_capacity(capacity) -> int:
+    """`capacity` as a positive int, or CapacityError naming the value and the fix."""
+    if isinstance(capacity, bool) or not isinstance(capacity, numbers.Real):
+        raise CapacityError(
+            f"capacity {capacity!r} is not a number of blocks; give a positive integer such as 1000"
+        )
+    if isinstance(capacity, numbers.Integral):
+        value = int(capacity)
+    elif math.isfinite(capacity) and float(capacity).is_integer():
+        value = int(capacity)
+    else:
+        raise CapacityError(
+            f"capacity {capacity!r} is not a whole number of blocks; give a positive integer such as 1000"
+        )
+    if value <= 0:
+        raise CapacityError(
+            f"capacity {value} is not positive: a cache must hold at least one block "
+            "(give a capacity of 1 or more blocks, e.g. 1000)"
+        )
+    return value
+
+
+def parse_capacities(text: str, n_blocks: int) -> list[int]:
+    """`1000,10k,2M,5%` -> block counts; a percentage is of the trace's distinct blocks."""
+    caps: list[int] = []
+    for item in str(text).split(","):
+        if not item.strip():
+            continue
+        match = _CAPACITY.match(item)
+        if match is None:
+            raise CapacityError(
+                f"capacity {item.strip()!r} is not a block count; give integers such as 1000 or 10k, "
+                "or a percentage of the trace's distinct blocks such as 5%"
+            )
+        value, unit = float(match.group(1)), match.group(2).lower()
+        if unit == "%":
+            value = max(1.0, round(n_blocks * value / 100.0))
+        else:
+            value *= {"": 1, "k": 1_000, "m": 1_000_000}[unit]
+        caps.append(check_capacity(int(value) if float(value).is_integer() else value))
+    if not caps:
+        raise CapacityError("no capacity given; pass --capacity 1000,10000 (or percentages like 5%)")
+    return list(dict.fromkeys(caps))  # keep order, drop repeats
+
+
+def fraction_capacities(n_blocks: int, fractions) -> list[int]:
+    """Capacities at these fractions of the trace's distinct blocks, at least 1, sorted, no repeats."""
+    return sorted({max(1, round(f * n_blocks)) for f in fractions})

@@ -1,0 +1,124 @@
+"""Policy results as files: the rows, their JSON and CSV forms, and the reader `report` uses.
+
+One module owns the format on both sides, so what `sitsprof policy simulate --json`,
+`sitsprof demo` and `report --policy-results` agree on is written down once
+(docs/policy-results.md). Pure Python and json: `sitsprof.reports` imports this module and
+must not pull in numba or the policies.
+
+A JSON document is an object with ``"format": "sitsprof.policy-results"``,
+``"format_version"`` and ``"results"`` (one row per replay, `SimResult.to_dict` plus
+per-tenant hit ratios); the reader also takes what earlier versions wrote (no ``format``,
+or a bare list of rows).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import PolicyEngineError
+
+FORMAT = "sitsprof.policy-results"
+FORMAT_VERSION = 1
+
+
+class PolicyResultsError(PolicyEngineError):
+    """A policy results file that cannot be read back: names the file and the problem."""
+
+
+def trace_summary(trace, path=None, fmt=None) -> dict:
+    """What a reader made of a trace file, for output headers and JSON documents."""
+    return {
+        "path": str(path) if path is not None else trace.source,
+        "format": fmt,
+        "references": int(len(trace)),
+        "requests": int(trace.n_requests),
+        "distinct_blocks": int(trace.n_blocks),
+        "tenants": list(trace.tenant_names),
+        "skipped_lines": int(trace.skipped_lines),
+        "skipped_examples": list(trace.skipped_examples),
+    }
+
+
+def tenant_hit_ratios(trace, request_hits, keep_empty: bool = False) -> dict[str, float]:
+    """Block hit ratio of each named tenant (model stack) from per-request hits
+    (`SimResult.request_hits`). A tenant with no references is left out, or 0.0 with
+    `keep_empty` (for tables that want a column per tenant whatever the workload drew)."""
+    if not trace.tenant_names:
+        return {}
+    offsets = trace.request_offsets
+    req_tenant = trace.tenant[offsets[:-1]]
+    refs = offsets[1:] - offsets[:-1]
+    out = {}
+    for code, name in enumerate(trace.tenant_names):
+        mask = req_tenant == code
+        total = int(refs[mask].sum())
+        if total:
+            out[name] = float(request_hits[mask].sum() / total)
+        elif keep_empty:
+            out[name] = 0.0
+    return out
+
+
+def result_rows(results, trace=None) -> list[dict]:
+    """Flat rows (one per result) for JSON and CSV; per-tenant hit ratios where tenants are known."""
+    rows = []
+    for result in results:
+        row = result.to_dict()
+        if trace is not None:
+            for name, ratio in tenant_hit_ratios(trace, result.request_hits).items():
+                row[f"hit_ratio[{name}]"] = ratio
+        rows.append(row)
+    return rows
+
+
+def document(results: list[dict], **fields) -> dict:
+    """A versioned JSON document: the format marker, `fields` (e.g. trace, workload) and the rows."""
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, **fields, "results": results}
+
+
+def rows_to_csv(rows: list[dict]) -> str:
+    """CSV text of result rows (the `extra` dict flattened to JSON)."""
+    buffer = io.StringIO()
+    fields: list[str] = []
+    for row in rows:
+        fields.extend(k for k in row if k not in fields)
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in row.items()})
+    return buffer.getvalue()
+
+
+def check_results(payload: Any, where: str) -> Any:
+    """`payload` as read from `where`, checked enough to render: a list of rows or an object
+    with `results`, each row an object with at least `policy`; a `format` marker, when
+    present, must be this one at a version this reader knows."""
+    if not isinstance(payload, (list, dict)):
+        raise PolicyResultsError(f"{where}: expected a list of policy results or an object with 'results'")
+    if isinstance(payload, dict) and "format" in payload:
+        if payload["format"] != FORMAT:
+            raise PolicyResultsError(f"{where}: format {payload['format']!r} is not {FORMAT!r}")
+        version = payload.get("format_version")
+        if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+            raise PolicyResultsError(f"{where}: format_version {version!r} is not one this sitsprof reads "
+                                     f"(1..{FORMAT_VERSION}); a newer sitsprof wrote it")
+    rows = payload if isinstance(payload, list) else payload.get("results", [])
+    if not isinstance(rows, list) or any(not isinstance(r, dict) or "policy" not in r for r in rows):
+        raise PolicyResultsError(f"{where}: each policy result must be an object with at least 'policy' "
+                                 "(as SimResult.to_dict writes)")
+    return payload
+
+
+def read_results(path: str | Path) -> Any:
+    """The JSON a policy run wrote (`check_results`), or PolicyResultsError naming the file."""
+    path = Path(path)
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PolicyResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PolicyResultsError(f"{path}: not JSON ({exc})") from None
+    return check_results(payload, str(path))
