@@ -92,15 +92,6 @@ def bytes_moved(kernel: str, vectors: int, passes: int, vec_bytes: int = 16) -> 
     return per * vectors * vec_bytes * passes
 
 
-def add_memcpy_ratio(frame):
-    """ratio_to_memcpy = achieved / the best cudaMemcpy D2D of the same run."""
-    ref = frame.loc[frame["kernel"] == "memcpy", "achieved_gbs"]
-    best = float(ref.max()) if len(ref) else np.nan
-    frame = frame.copy()
-    frame["ratio_to_memcpy"] = frame["achieved_gbs"] / best
-    return frame
-
-
 # -- loaded latency -------------------------------------------------------------------------
 def saturator_gbs(stats) -> float:
     """GB/s the saturator moved: stats[0] bytes over [stats[1], stats[2]] ns (kernels/loaded.cu)."""
@@ -135,20 +126,3 @@ def choose_throttles(sleeps_ns, achieved_gbs, targets_gbs) -> list[int]:
             xi = np.interp(t, b[::-1], x[::-1])
             out.append(int(round(np.expm1(xi))))
     return out
-
-
-def l2_hit_baseline(frame) -> float:
-    """Unloaded L2-hit latency: median re-touch latency at level 0 (the saturator off)."""
-    idle = frame[(frame["access"] == "retouch") & (frame["level"] == 0)]["latency_cycles"]
-    if idle.empty:
-        raise ProbeError("no unloaded re-touch samples (level 0) to take the L2-hit baseline from")
-    return float(np.median(idle.to_numpy()))
-
-
-def add_replacement_delay(frame):
-    """replacement_delay_cycles = re-touch latency - unloaded L2-hit latency (NaN for HBM rows)."""
-    frame = frame.copy()
-    base = l2_hit_baseline(frame)
-    delay = frame["latency_cycles"].astype(np.float64) - base
-    frame["replacement_delay_cycles"] = np.where(frame["access"] == "retouch", delay, np.nan).astype(np.float32)
-    return frame

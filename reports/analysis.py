@@ -289,8 +289,7 @@ def _loaded(res: RunAnalysis, frame) -> None:
             except ValueError as exc:
                 res.notes.append(f"loaded latency {access} {q}: no queueing fit ({exc})")
     # Replacement delay: re-touch latency minus the unloaded L2-hit latency, which is the median
-    # re-touch at level 0 (saturator off), as probes/tables.l2_hit_baseline takes it for the raw
-    # table's replacement_delay_cycles; without a level 0, the L2-near P50 of the ladder.
+    # re-touch at level 0 (saturator off); without a level 0, the L2-near P50 of the ladder.
     l2 = res.tier("l2_near")
     if 0 in retouch_sorted and retouch_sorted[0].size:
         res.replacement_baseline = ("median re-touch latency at load level 0 (saturator off)",

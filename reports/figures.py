@@ -8,8 +8,9 @@ calibration file show; a part the run lacks is listed as missing instead of fail
 """
 from __future__ import annotations
 
-from .analysis import RunAnalysis, analyze_run
 from sitsprof.calibration import load_calibration
+
+from .analysis import RunAnalysis, analyze_run
 
 #: The tiers the reference calibration publishes a plateau for, in ladder order.
 PUBLISHED_TIERS = ("l1", "l2_near", "l2_far", "hbm")

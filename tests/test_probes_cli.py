@@ -123,7 +123,7 @@ class FakeProbes:
                  "threads": c.threads, "throttle_ns": c.throttle_ns, "sms_used": c.active_sms, "rep": 0,
                  "bytes": 1, "seconds": 1e-9, "achieved_gbs": 1.0}
                 for c in plan.configs for k in plan.kernels + ("memcpy",)]
-        return A.add_memcpy_ratio(pd.DataFrame(rows))
+        return pd.DataFrame(rows)
 
     def loaded(self, plan, progress):
         frames = []
@@ -137,7 +137,7 @@ class FakeProbes:
                                             footprint_bytes=64 * 1024))
         cal = pd.DataFrame({"saturator": "read", "throttle_ns": [0, 100], "achieved_gbs": [4000.0, 3000.0], "blocks": 528,
                             "threads": 512})
-        return {"loaded": A.add_replacement_delay(pd.concat(frames, ignore_index=True)),
+        return {"loaded": pd.concat(frames, ignore_index=True),
                 "loaded_calibration": cal, "peak_gbs": 4000.0}
 
 

@@ -305,7 +305,8 @@ def test_probes_launch_with_the_declared_arguments(emulated):
     fracs = loaded.groupby("level")["bandwidth_fraction"].first()
     assert fracs[1] == pytest.approx(0.5, rel=0.02) and fracs[2] == pytest.approx(1.0)
     rt = table[table["access"] == "retouch"]
-    assert rt["latency_cycles"].iloc[0] == 280 and rt["replacement_delay_cycles"].abs().max() == 0
+    assert (rt["latency_cycles"] == 280).all()  # the emulator's re-touches all hit: no replacement delay
+    assert "replacement_delay_cycles" not in table.columns  # derived by the reports, not a raw column
 
     copy = p.loaded(LoadedPlan(hbm_footprint=2 * MiB, retouch_bytes=64 * KiB, saturator_bytes=4 * MiB,
                                targets=[1.0], samples=64, calibration_sleeps_ns=[0, 1000],

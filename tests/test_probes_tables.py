@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from sitsprof.probes import tables as A
@@ -54,12 +53,9 @@ def test_overhead_is_subtracted_from_recorded_stamps():
     assert frame["sample"].tolist() == [0, 1, 2]
 
 
-def test_bandwidth_bytes_and_memcpy_ratio():
+def test_bandwidth_bytes():
     assert A.bytes_moved("read", 1000, 2) == 32_000
     assert A.bytes_moved("copy", 1000, 2) == 64_000
-    frame = A.add_memcpy_ratio(pd.DataFrame({"kernel": ["copy", "memcpy", "memcpy"],
-                                             "achieved_gbs": [4100.0, 4200.0, 4000.0]}))
-    assert frame["ratio_to_memcpy"].tolist() == pytest.approx([4100 / 4200, 1.0, 4000 / 4200])
 
 
 def test_saturator_bandwidth_from_recorded_stats():
@@ -78,30 +74,3 @@ def test_choose_throttles_inverts_a_monotone_calibration():
     # a noisy, non-monotone calibration still gives non-increasing bandwidth for more sleep
     noisy = A.choose_throttles(sleeps, [4000, 4050, 3500, 3600, 1600, 900, 480, 250], [3550])
     assert 100 <= noisy[0] <= 400
-
-
-def loaded_frame(rng, levels=9, n=400):
-    frames = []
-    for level in range(levels):
-        frac = level / (levels - 1)
-        hbm = 650 * (1 + 0.5 * frac ** 3) * (1 + rng.normal(0, 0.02, n))
-        evicted = rng.random(n) < frac * 0.8
-        retouch = np.where(evicted, 700 * (1 + frac), 280) * (1 + rng.normal(0, 0.02, n))
-        for access, lat in (("hbm", hbm), ("retouch", retouch)):
-            frames.append(A.chase_frame(lat + 6, 6, MHZ, level=level, target_fraction=frac, throttle_ns=0,
-                                        access=access, achieved_gbs=4000 * frac, bandwidth_fraction=frac))
-    return pd.concat(frames, ignore_index=True)
-
-
-def test_replacement_delay_is_retouch_minus_unloaded_l2_hit():
-    frame = A.add_replacement_delay(loaded_frame(np.random.default_rng(2)))
-    base = A.l2_hit_baseline(frame)
-    assert base == pytest.approx(280, rel=0.01)
-    rt = frame[frame["access"] == "retouch"]
-    assert np.allclose(rt["replacement_delay_cycles"], rt["latency_cycles"] - base, atol=1e-3)
-    assert frame.loc[frame["access"] == "hbm", "replacement_delay_cycles"].isna().all()
-
-
-def test_replacement_delay_needs_an_unloaded_level():
-    with pytest.raises(ProbeError, match="level 0"):
-        A.l2_hit_baseline(loaded_frame(np.random.default_rng(0)).query("level > 0"))

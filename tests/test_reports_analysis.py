@@ -66,12 +66,11 @@ def test_loaded_fit_and_replacement_delay(res):
     assert len(levels) == 10
     p50 = [res.replacement[lv].summary["p50"] for lv in levels]
     assert abs(p50[0]) < 5 and all(b >= a for a, b in zip(p50, p50[1:]))
-    # The same baseline as the raw table's (probes/tables.l2_hit_baseline): the median level-0 re-touch.
-    from sitsprof.probes.tables import l2_hit_baseline
-
+    # The baseline is the unloaded L2 hit: the median re-touch at level 0 (the saturator off).
     frame = open_run(res.path).read_table("loaded")
+    idle = frame.loc[(frame["access"] == "retouch") & (frame["level"] == 0), "latency_cycles"]
     assert res.replacement_baseline[0].startswith("median re-touch")
-    assert res.replacement_baseline[1] == pytest.approx(l2_hit_baseline(frame), rel=1e-6)
+    assert res.replacement_baseline[1] == pytest.approx(float(np.median(idle.to_numpy())), rel=1e-6)
 
 
 def test_l1_bypassing_ladder_has_its_own_tiers(res):
@@ -174,7 +173,7 @@ def test_tlb_steps_from_a_recorded_sweep(tmp_path):
 def test_load_levels_from_a_recorded_loaded_table(tmp_path):
     import pandas as pd
 
-    from sitsprof.probes.tables import add_replacement_delay, chase_frame
+    from sitsprof.probes.tables import chase_frame
 
     rng = np.random.default_rng(3)
     frames = []
@@ -186,7 +185,8 @@ def test_load_levels_from_a_recorded_loaded_table(tmp_path):
         for access, lat in (("hbm", hbm), ("retouch", retouch)):
             frames.append(chase_frame(lat + 6, 6, MHZ, level=level, target_fraction=frac, throttle_ns=0,
                                       access=access, achieved_gbs=4000 * frac, bandwidth_fraction=frac))
-    res = _analysed(tmp_path, "loaded", {"loaded": add_replacement_delay(pd.concat(frames, ignore_index=True))})
+    frame = pd.concat(frames, ignore_index=True)
+    res = _analysed(tmp_path, "loaded", {"loaded": frame})
     levels = res.loaded
     assert len(levels) == 18 and set(levels["access"]) == {"hbm", "retouch"}
     rt = levels[levels["access"] == "retouch"].sort_values("level")
@@ -198,3 +198,26 @@ def test_load_levels_from_a_recorded_loaded_table(tmp_path):
     hbm = levels[levels["access"] == "hbm"].sort_values("level")
     assert hbm["p50"].is_monotonic_increasing
     assert res.to_ns(hbm["p50"].iloc[0]) == pytest.approx(650 / 1.98, rel=0.02)
+
+    # The replacement delay: each re-touch's latency minus the unloaded L2-hit latency (the
+    # median re-touch at level 0, about 280 cycles here); HBM chases have none.
+    idle = frame.loc[(frame["access"] == "retouch") & (frame["level"] == 0), "latency_cycles"].to_numpy()
+    base = float(np.median(idle))
+    assert res.replacement_baseline[1] == pytest.approx(base) and base == pytest.approx(280, rel=0.01)
+    for level in range(9):
+        rt = frame.loc[(frame["access"] == "retouch") & (frame["level"] == level), "latency_cycles"].to_numpy()
+        assert res.replacement[level].summary["p50"] == pytest.approx(float(np.median(rt)) - base, abs=1e-3)
+        assert res.replacement[level].summary["count"] == rt.size
+    # Without an unloaded level (and no ladder to take the L2 hit from) there is no baseline.
+    later = _analysed(tmp_path, "loaded-busy", {"loaded": frame[frame["level"] > 0]})
+    assert later.replacement_baseline is None and later.replacement == {}
+    assert later.loaded["evicted_fraction"].isna().all()
+
+
+def test_bandwidth_against_the_memcpy_of_the_same_run(tmp_path):
+    import pandas as pd
+
+    frame = pd.DataFrame({"kernel": ["copy", "memcpy", "memcpy"], "achieved_gbs": [4100.0, 4200.0, 4000.0]})
+    bw = _analysed(tmp_path, "bw", {"bandwidth": frame}).bandwidth.set_index("kernel")
+    assert bw.loc["copy", "fraction_of_memcpy"] == pytest.approx(4100 / 4200)
+    assert bw.loc["memcpy", "fraction_of_memcpy"] == pytest.approx(1.0)
