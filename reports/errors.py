@@ -8,9 +8,5 @@ class ReportError(SitsprofError):
     """Base for user-facing report errors."""
 
 
-class ReportInputError(ReportError, ValueError):
-    """An input file the report cannot use; the message names the file and the problem."""
-
-
 class IncompleteRunError(ReportError):
     """The run lacks what a calibration needs; the message lists the missing parts."""
