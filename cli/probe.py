@@ -47,16 +47,12 @@ def execute(parts, suite: str, index: int, parent: str, name: str | None, clocks
     """Plan, validate, then (unless dry-run) lock clocks, sample, probe, and write one run directory."""
     from rich.console import Console
 
-    from sitsprof.probes.assumed import planning_limits
-    from sitsprof.probes.plan import require_hopper
-    from sitsprof.probes.suite import plan_suite
+    from sitsprof.probes.suite import prepare_suite
 
     console = Console(stderr=True, soft_wrap=True)
-    limits = planning_limits(index, dry_run)
-    if gpm == "on":
-        require_hopper(limits, "the GPM counters (--gpm on)")
-    plan = plan_suite(suite, limits, tuple(parts), overrides)
-    plan.validate(limits)  # PlanError here: nothing made, nothing launched
+    # PlanError here: nothing made, nothing launched
+    plan, limits = prepare_suite(suite, parts, index, overrides, dry_run,
+                                 hopper_only="the GPM counters (--gpm on)" if gpm == "on" else None)
     _print_plan(console, plan, limits, dry_run)
     if dry_run:
         console.print("dry run: all checks passed; nothing launched")

@@ -136,6 +136,22 @@ def make_suite(name: str, device: DeviceLimits, parts: tuple[str, ...] = PARTS,
     return SuitePlan(name, LatencyPlan(ladder), TlbPlan(tlb_sweeps), bandwidth, loaded, parts=tuple(parts))
 
 
+def prepare_suite(name: str, parts: tuple[str, ...], index: int = 0, overrides: dict | None = None,
+                  dry_run: bool = False, hopper_only: str | None = None) -> tuple[SuitePlan, DeviceLimits]:
+    """(validated plan, device) for `sitsprof run` / `probe <part>`, before anything is made or
+    launched: GPU `index`'s limits (a dry run without a GPU plans against `assumed.assumed_h200`),
+    `hopper_only` naming a Hopper-only feature asked for (refused elsewhere), then the plan."""
+    from .assumed import planning_limits
+    from .plan import require_hopper
+
+    limits = planning_limits(index, dry_run)
+    if hopper_only:
+        require_hopper(limits, hopper_only)
+    plan = plan_suite(name, limits, tuple(parts), overrides)
+    plan.validate(limits)
+    return plan, limits
+
+
 def plan_suite(name: str, device: DeviceLimits, parts: tuple[str, ...] = PARTS,
                overrides: dict | None = None) -> SuitePlan:
     """The suite for `device` with the command line's per-part overrides (`sitsprof probe <part>
