@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Sequence
-
-import numpy as np
+from typing import Any, Callable
 
 from .html import Report, Section, Table, write_html
 
@@ -60,58 +58,6 @@ def choose_calibration(out_dir: Path, run_dir: Path | None = None) -> tuple[dict
     return cal, None, ("GPU figures NOT MEASURED: no measured run is bundled, so the policy costs use the "
                        "hopper-published reference calibration (published figures, cited below). "
                        "Run `sitsprof run` on a GPU, then `sitsprof calibrate`, for your own.")
-
-
-def _cost_of(trace, result, calibration: dict, scratch: dict) -> dict | None:
-    """The cost model's summary for one result on `calibration`: the result's own when it was
-    priced on the same calibration (`simulate_costed` did it), else priced again."""
-    cost = (result.extra or {}).get("cost")
-    if isinstance(cost, dict) and cost.get("calibration") == calibration["name"] and "ttft_p99_ms" in cost:
-        return cost
-    from sitsprof.policies import costmodel
-
-    if hasattr(costmodel, "simulate_costed"):
-        return costmodel.simulate_costed(trace, result.policy, result.capacity, calibration=calibration).extra["cost"]
-    # An engine without simulate_costed: the kernel contract gives the hit flags to price.
-    from sitsprof.policies.registry import get_policy
-
-    if "model" not in scratch:
-        scratch["model"] = costmodel.CostModel(calibration)
-        scratch["hit"] = np.zeros(len(trace), dtype=np.uint8)
-    hit = scratch["hit"]
-    hit.fill(0)
-    get_policy(result.policy).KERNEL(np.ascontiguousarray(trace.block, dtype=np.int32),
-                                     np.ascontiguousarray(trace.request_offsets, dtype=np.int64),
-                                     np.int64(trace.n_blocks), np.int64(result.capacity), hit)
-    return scratch["model"].summarize(trace, hit)
-
-
-def price_results(trace, results: Sequence, calibration: dict) -> list[dict]:
-    """Result rows (SimResult.to_dict) with the cost model's TTFT P50/P99 and tokens/s in `extra`."""
-    rows, scratch = [], {}
-    for r in results:
-        row = r.to_dict()
-        cost = _cost_of(trace, r, calibration, scratch) or {}
-        row["extra"] = {"p99_ms": cost.get("ttft_p99_ms"), "p50_ms": cost.get("ttft_p50_ms"),
-                        "tokens_per_s": cost.get("tokens_per_s")}
-        rows.append(row)
-    return rows
-
-
-def sits_timeline(trace, capacity: int, calibration: dict, results: Sequence = ()) -> list[dict]:
-    """The SITS controller's per-window decisions at `capacity`: from the demo's own SITS result
-    when it has one at that capacity on this calibration, else from one SITS run."""
-    found = [r for r in results if r.policy == "sits" and r.capacity == capacity and (r.extra or {}).get("events")
-             and (r.extra.get("cost") or {}).get("calibration") == calibration["name"]]
-    if found:
-        events = found[0].extra["events"]
-    else:
-        from sitsprof.policies import sits
-
-        events = sits.run(trace, capacity, calibration=calibration).extra.get("events", [])
-    names = {"time": "time", "d_ms": "window P99 TTFT (ms)", "H": "access entropy H (bits)",
-             "score": "migration score", "to": "behaviour"}
-    return [{names[k]: e[k] for k in names if k in e} for e in events if e.get("event") == "decision"]
 
 
 def calibration_section(cal: dict) -> Section:
