@@ -103,7 +103,6 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
 def mrc_cmd(trace_path, points, fmt, skip_bad_lines, as_json) -> None:
     """LRU hit/miss-ratio curve of TRACE over many capacities, in one pass (stack distances)."""
     from sitsprof.policies.engine.mrc import curve_capacities, lru_hit_ratio_curve
-
     from sitsprof.policies.engine.results import trace_summary
 
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from sitsprof.policies.engine.capacity import parse_capacities
-from sitsprof.policies.sweep import simulate
 from sitsprof.policies.errors import CapacityError
+from sitsprof.policies.sweep import simulate
 from sitsprof.policies.traces.detect import read_trace
 from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sitsprof.calibration import CalibrationError, load_calibration
 from sitsprof.policies.cost.costmodel import CostModel, latency_summary, ttft_from_costs
 from sitsprof.policies.cost.models import PRESETS, get_model
 from sitsprof.policies.errors import CostModelError, UnknownModelError
 from sitsprof.policies.traces.ids import trace_from_requests
-from sitsprof.calibration import CalibrationError, load_calibration
 
 
 def test_kv_bytes_per_token_from_configs():

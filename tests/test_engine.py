@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from sitsprof.policies.engine.capacity import check_capacity
 from sitsprof.policies.engine.replay import SimResult
-from sitsprof.policies.sweep import simulate, simulate_many
 from sitsprof.policies.errors import CapacityError, PolicyEngineError
-from sitsprof.policies.traces.ids import trace_from_requests
 from sitsprof.policies.registry import MODULES, POLICIES, get_policy, policy_names
+from sitsprof.policies.sweep import simulate, simulate_many
+from sitsprof.policies.traces.ids import trace_from_requests
 from sitsprof.policies.traces.trace import Trace
 
 

@@ -5,16 +5,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from libcachesim_ref import zipf_ids
-from sitsprof.policies.sweep import simulate
-from sitsprof.policies.errors import CapacityError
+
 from sitsprof.policies.engine.mrc import (
     curve_capacities,
     lru_hit_counts,
     lru_hit_ratio_curve,
     lru_stack_distances,
 )
+from sitsprof.policies.errors import CapacityError
+from sitsprof.policies.sweep import simulate
 from sitsprof.policies.traces.detect import read_trace
 from sitsprof.policies.traces.ids import trace_from_ids
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from libcachesim_ref import lcs_hit_ratio, write_oracle, zipf_ids
+
 from sitsprof.policies.sweep import simulate
 from sitsprof.policies.traces.detect import read_trace
 from sitsprof.policies.traces.ids import trace_from_ids, trace_from_requests

@@ -7,11 +7,11 @@ import urllib.request
 
 import pytest
 
-from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl
+from sitsprof.calibration import load_calibration, write_calibration
+from sitsprof.policies.adaptive import sits
 from sitsprof.policies.adaptive.metrics import build_registry, exposition, serve
 from sitsprof.policies.traces.detect import read_trace
-from sitsprof.policies.adaptive import sits
-from sitsprof.calibration import load_calibration, write_calibration
+from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from sitsprof.policies.adaptive import semantic_shard as ss
+from sitsprof.policies.adaptive.tenancy import alert_threshold, ctcci, isolate, level
 from sitsprof.policies.classic import lru
 from sitsprof.policies.errors import PolicyEngineError
 from sitsprof.policies.traces.ids import trace_from_ids, trace_from_requests
-from sitsprof.policies.adaptive.tenancy import alert_threshold, ctcci, isolate, level
 
 
 def _refs(ids, times, **kw):

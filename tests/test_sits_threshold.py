@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from sitsprof.policies.adaptive.hybrid import HybridCache
-from sitsprof.policies.classic.arc import SCAN
 from sitsprof.policies.adaptive.threshold import ThresholdEngine
+from sitsprof.policies.classic.arc import SCAN
 
 
 def _cache(entries=100):
@@ -131,8 +131,8 @@ def test_the_baseline_is_literal_lirs_until_the_switch():
 
 
 def test_the_switch_keeps_every_lirs_resident_block():
-    from sitsprof.policies.classic.arc import RECENCY
     from sitsprof.policies.adaptive.threshold import LirsBaseline
+    from sitsprof.policies.classic.arc import RECENCY
 
     rng = np.random.default_rng(3)
     block = (rng.zipf(1.2, 20_000) % 3_000).astype(np.int32)

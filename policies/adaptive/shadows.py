@@ -15,7 +15,6 @@ from numba import njit
 from ..classic.arc import RECENCY, new_state, replay_recency, replay_scan
 from ..traces.hashing import GOLDEN
 
-
 # Position of a word's lowest set bit: _DEBRUIJN[(low * _DEBRUIJN_MUL) >> 58] for low = 2**i.
 _DEBRUIJN_MUL = 0x03F79D71B4CB0A89
 _DEBRUIJN = np.zeros(64, dtype=np.int64)

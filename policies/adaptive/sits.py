@@ -50,7 +50,15 @@ from ..traces.trace import DEFAULT_BLOCK_TOKENS, Trace
 from .front import FrontBuffer
 from .hybrid import HybridCache
 from .shadows import shadow_counts, shadow_shift
-from .signals import P99_SAMPLE, action_cell, adapt_alpha, migration_score, reference_windows, window_bounds, window_signals
+from .signals import (
+    P99_SAMPLE,
+    action_cell,
+    adapt_alpha,
+    migration_score,
+    reference_windows,
+    window_bounds,
+    window_signals,
+)
 from .tenancy import ctcci
 from .threshold import LirsBaseline, ThresholdEngine
 
