@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,14 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed
 	$(BIN)/sitsprof demo
 
-test: $(VENV)/.installed-dev
+# The layering (pyproject.toml [tool.importlinter]), no import cycle between modules, ruff:
+# each names the offending import or line and stops the build.
+lint: $(VENV)/.installed-dev
+	$(BIN)/lint-imports
+	$(BIN)/python tools/check_import_cycles.py
+	$(BIN)/ruff check .
+
+test: lint
 	@# The browser test needs Debian's chromium: install it where apt-get exists; never fail here
 	@# (without it tests/test_browser.py skips with the reason).
 	-@command -v chromium >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || \
