@@ -1,1 +1,7 @@
-"""The SITS policy engine: KV-cache block traces, replacement policies, miss-ratio curves."""
+"""The SITS policy engine: KV-cache block traces, replacement policies, miss-ratio curves, costs.
+
+In layers, each importing only those below it (checked by import-linter, see
+docs/CONTRACTS.md): `registry`, `sweep`, `demo`, `claims` (policies by name) > `adaptive/`
+> `cost/` > `engine/` > `classic/` | `traces/`. Outside itself it imports only
+`sitsprof.common` and `sitsprof.calibration`. This package re-exports nothing.
+"""

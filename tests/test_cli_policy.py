@@ -40,6 +40,44 @@ def test_simulate_json_equals_the_engine(cli, small_trace):
     assert err == ""  # no progress bar or warnings around machine-readable output
 
 
+def test_the_json_is_versioned_and_reads_back(cli, small_trace, tmp_path):
+    from sitsprof.policies.engine.results import FORMAT, PolicyResultsError, read_results
+
+    code, out, err = cli("policy", "simulate", str(small_trace), "-p", "lru", "-c", "100", "--json")
+    assert code == 0, err
+    path = tmp_path / "r.json"
+    path.write_text(out)
+    doc = read_results(path)
+    assert doc["format"] == FORMAT == "sitsprof.policy-results" and doc["format_version"] == 1
+    assert [r["policy"] for r in doc["results"]] == ["lru"]
+    legacy = tmp_path / "legacy.json"  # what earlier versions wrote: no marker, or a bare list
+    legacy.write_text(json.dumps(doc["results"]))
+    assert read_results(legacy) == doc["results"]
+    for bad, message in (({**doc, "format_version": 2}, "format_version 2 is not one this sitsprof reads"),
+                         ({**doc, "format": "other"}, "format 'other' is not"),
+                         ({"results": [{"capacity": 1}]}, "at least 'policy'"), (3, "expected a list")):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(PolicyResultsError, match=message) as caught:
+            read_results(path)
+        assert str(caught.value).startswith(f"{path}: ") and caught.value.exit_code == 2
+    path.write_text("{not json")
+    with pytest.raises(PolicyResultsError, match="not JSON"):
+        read_results(path)
+
+
+def test_results_module_imports_no_numba():
+    """reports import the results format: it must load without numba or the policies."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import sitsprof.policies.engine.results; "
+            "bad = sorted(m for m in sys.modules if m == 'numba' or m.startswith(('sitsprof.policies.engine.replay', "
+            "'sitsprof.policies.classic', 'sitsprof.policies.adaptive', 'sitsprof.policies.registry'))); "
+            "print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_simulate_real_mooncake_lru(cli, mooncake_path):
     code, out, _ = cli("policy", "simulate", str(mooncake_path), "-p", "LRU", "-c", "10000", "--json")
     assert code == 0

@@ -24,6 +24,16 @@ def _feed(engine, p99s, cache, step=60.0):
     return events, armed
 
 
+def test_both_fronts_offer_the_front_buffer_protocol():
+    from sitsprof.policies.adaptive.front import FrontBuffer
+    from sitsprof.policies.adaptive.threshold import LirsBaseline
+
+    lirs_front, sits_front = LirsBaseline(10, 4), HybridCache(10, 4)
+    assert isinstance(lirs_front, FrontBuffer) and isinstance(sits_front, FrontBuffer)
+    assert isinstance(lirs_front.back_buffer(), HybridCache) and isinstance(sits_front.back_buffer(), dict)
+    assert lirs_front.entries() == sits_front.entries() == 0
+
+
 def test_fires_on_third_breach_not_second():
     engine = ThresholdEngine(entry_ns=1.0)
     events, armed = _feed(engine, [100, 100, 100, 100, 300, 300, 300, 300], _cache())
