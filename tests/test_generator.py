@@ -60,7 +60,8 @@ def test_one_stacks_parameters_leave_the_others_alone():
     changed = generate_requests(seed=5, duration_s=200, stacks=faster_phi)
 
     def shape(reqs, stack):
-        return [(r.arrival_ms, r.input_tokens, r.output_tokens, r.session, r.turn) for r in reqs if r.model_stack == stack]
+        return [(r.arrival_ms, r.input_tokens, r.output_tokens, r.session, r.turn)
+                for r in reqs if r.model_stack == stack]
 
     assert shape(base, "qwen2-72b") == shape(changed, "qwen2-72b")
     assert shape(base, "phi-3-mini") != shape(changed, "phi-3-mini")
@@ -163,5 +164,6 @@ def test_request_format_round_trip_keeps_stacks(tmp_path):
     assert stack_of(back) == stack_of(trace) == [r.model_stack for r in reqs for _ in r.hash_ids]
     assert back.request_output_tokens.tolist() == [r.output_tokens for r in reqs]
     bare = write_requests_jsonl(reqs, tmp_path / "bare.jsonl", extras=False)
-    with pytest.raises(TraceFormatError, match=r"bare.jsonl:1: missing field 'hash_ids' \(the request format needs block ids"):
+    missing = r"bare.jsonl:1: missing field 'hash_ids' \(the request format needs block ids"
+    with pytest.raises(TraceFormatError, match=missing):
         read_trace(bare)

@@ -56,7 +56,8 @@ def test_mooncake_real_trace_counts(mooncake, mooncake_path):
 
 
 def test_mooncake_real_trace_matches_file(mooncake, mooncake_path):
-    rows = [json.loads(line) for line in open(mooncake_path)]
+    with open(mooncake_path) as handle:
+        rows = [json.loads(line) for line in handle]
     offsets = mooncake.request_offsets
     for r in (0, 1, 777, len(rows) - 1):
         row = rows[r]
@@ -136,7 +137,8 @@ def test_oracle_readable_by_libcachesim(tmp_path):
     lcs = pytest.importorskip("libcachesim")
     ids = np.array([3, 4, 3, 3, 9, 4], dtype=np.uint64)
     path = write_oracle_general(tmp_path / "t.oracleGeneral", ids, sizes=[1, 2, 1, 1, 7, 2])
-    seen = [(r.obj_id, r.obj_size, r.next_access_vtime) for r in lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)]
+    reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
+    seen = [(r.obj_id, r.obj_size, r.next_access_vtime) for r in reader]
     never = 2**63 - 1  # libCacheSim turns our -1 into "never" (INT64_MAX)
     assert seen == [(3, 1, 2), (4, 2, 5), (3, 1, 3), (3, 1, never), (9, 7, never), (4, 2, never)]
 
@@ -187,7 +189,8 @@ def test_csv_header_any_order_with_tenant(tmp_path):
 
 
 def test_csv_write_read_round_trip(tmp_path):
-    trace = trace_from_ids([5, 6, 5, 7], times=[0, 0.5, 1, 2], tokens=[1, 2, 3, 4], tenant=[0, 1, -1, 0], tenant_names=("a", "b"))
+    trace = trace_from_ids([5, 6, 5, 7], times=[0, 0.5, 1, 2], tokens=[1, 2, 3, 4], tenant=[0, 1, -1, 0],
+                           tenant_names=("a", "b"))
     back = read_trace(write_csv(tmp_path / "r.csv", trace))
     for name in ("time", "original_id", "block", "tokens", "tenant"):
         assert getattr(back, name).tolist() == getattr(trace, name).tolist(), name
@@ -328,7 +331,8 @@ def test_oracle_round_trip_property(tmp_path_factory, ids):
     assert trace.block.tolist() == [first.setdefault(x, len(first)) for x in ids]
 
 
-REQ = '{"request_id": "r1", "model_stack": "phi-3-mini", "input_tokens": 700, "max_new_tokens": 64, "priority_class": "high", "hash_ids": [4, 5]}'
+REQ = ('{"request_id": "r1", "model_stack": "phi-3-mini", "input_tokens": 700, "max_new_tokens": 64, '
+       '"priority_class": "high", "hash_ids": [4, 5]}')
 
 
 @pytest.mark.parametrize(
@@ -387,7 +391,7 @@ def test_csv_fast_path_is_taken_and_falls_back(tmp_path, monkeypatch):
     from sitsprof.policies.traces import csvfile
 
     clean = tmp_path / "clean.csv"
-    clean.write_text("timestamp,obj_id,tenant\n0,1,a\n1,2,b\n2,1,a\n".replace("timestamp,obj_id,tenant", "ts,id,tenant"))
+    clean.write_text("ts,id,tenant\n0,1,a\n1,2,b\n2,1,a\n")
     messy = tmp_path / "messy.csv"
     messy.write_text("0,1\n# comment\n1,2\n")
 

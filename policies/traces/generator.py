@@ -236,7 +236,9 @@ def requests_to_trace(
 ) -> Trace:
     """The block-reference Trace of generated requests; tenant = model stack."""
     if not requests:
-        raise TraceFormatError(source, "empty trace: the generator produced no requests", fix="raise duration_s or scale")
+        raise TraceFormatError(
+            source, "empty trace: the generator produced no requests", fix="raise duration_s or scale"
+        )
     names = list(stack_names)
     for r in requests:
         if r.model_stack not in names:
@@ -258,7 +260,8 @@ def generate_workload(seed: int = 0, duration_s: float = 1800.0, scale: float = 
     """The three-stack mixed workload as a Trace (tenant = model stack)."""
     requests = generate_requests(seed=seed, duration_s=duration_s, scale=scale, **kwargs)
     block_tokens = kwargs.get("block_tokens", DEFAULT_BLOCK_TOKENS)
-    return requests_to_trace(requests, block_tokens=block_tokens, source=f"generator(seed={seed}, duration_s={duration_s:g}, scale={scale:g})")
+    source = f"generator(seed={seed}, duration_s={duration_s:g}, scale={scale:g})"
+    return requests_to_trace(requests, block_tokens=block_tokens, source=source)
 
 
 def _write_jsonl(path, records) -> Path:

@@ -55,7 +55,9 @@ def read_oracle(path, skip_bad_lines: bool = False, chunk: int = 1 << 18) -> Tra
             while got < want:
                 step = handle.readinto(raw[got:want])
                 if not step:
-                    raise TraceFormatError(path, f"the file ended at record {lo + got // 24 + 1} of {n} while being read")
+                    raise TraceFormatError(
+                        path, f"the file ended at record {lo + got // 24 + 1} of {n} while being read"
+                    )
                 got += step
             records = buf[: hi - lo]
             obj_id[lo:hi] = records["obj_id"].view(np.int64)

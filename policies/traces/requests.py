@@ -16,7 +16,9 @@ from .ids import trace_from_requests
 from .lines import BadLines, hash_ids_problem, is_int, jsonl_rows, with_skips
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
-_REQUEST_HASH_FIX = "the request format needs block ids to be replayed; `sitsprof policy generate --as requests` writes them"
+_REQUEST_HASH_FIX = (
+    "the request format needs block ids to be replayed; `sitsprof policy generate --as requests` writes them"
+)
 
 
 def _request_problem(row) -> str | None:
