@@ -1,4 +1,4 @@
-"""Fill a calibration file (schema v1, `reports/calibration.py`) from a measured run directory.
+"""Fill a calibration file (schema v1, `calibration/`) from a measured run directory.
 
 What comes from the run: per-tier latency quantiles and histograms (cycles), HBM read/write/
 copy bandwidth, the loaded-latency curve of the HBM-missing chase (with its queueing fit), the
@@ -16,20 +16,16 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
+from sitsprof.calibration import SCHEMA, SCHEMA_VERSION, TIERS, load_calibration, write_calibration
+
 from .analysis import Distribution, RunAnalysis, analyze_run, clocks_locked
-from .calibration import SCHEMA, SCHEMA_VERSION, TIERS, load_calibration, write_calibration
+from .errors import IncompleteRunError
 
 #: distributions.quantile_label -> calibration quantile key
 QKEYS = {"p50": "p50", "p90": "p90", "p99": "p99", "p99.9": "p999"}
 #: Tiers a complete ladder is expected to show (l2_far and tlb_miss depend on the device/sweep).
 EXPECTED_TIERS = ("l1", "l2_near", "hbm")
 PROBE_PARTS = {"latency": "latency ladder", "tlb": "TLB sweep", "bandwidth": "bandwidth", "loaded": "loaded latency"}
-
-
-class IncompleteRunError(Exception):
-    """The run lacks what a calibration needs; the message lists the missing parts."""
-
-    exit_code = 2
 
 
 def _quantiles(summary: dict) -> dict:

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
+from sitsprof.calibration import load_calibration, validate_calibration
 from sitsprof.cli.main import main
-from sitsprof.reports.calibration import load_calibration, validate_calibration
-from sitsprof.reports.fromrun import IncompleteRunError, calibrate, calibration_from_run
+from sitsprof.reports.errors import IncompleteRunError
+from sitsprof.reports.fromrun import calibrate, calibration_from_run
 from sitsprof.reports.synthetic import make_synthetic_run
 
 
@@ -22,7 +23,7 @@ def runs(tmp_path_factory):
 
 
 def test_round_trip_into_the_policy_engine(runs, tmp_path):
-    from sitsprof.policies.costmodel import CostModel, GpuFigures
+    from sitsprof.policies.cost.costmodel import CostModel, GpuFigures
 
     path, cal = calibrate(runs["full"], tmp_path / "cal.json")
     loaded = load_calibration(path)
@@ -76,8 +77,8 @@ def test_cli_calibrate(runs, tmp_path, capsys):
 def test_negative_fast_hits_fold_into_a_valid_histogram():
     import numpy as np
 
+    from sitsprof.calibration.schema import _histogram
     from sitsprof.reports.analysis import Distribution
-    from sitsprof.reports.calibration import _histogram
     from sitsprof.reports.fromrun import nonnegative_histogram
 
     values = np.sort(np.random.default_rng(0).normal(30, 12, 10_000))  # some below zero
