@@ -38,7 +38,8 @@ def demo(out_dir, seed, duration_s, policy_text) -> None:
     )
     with progress_bar(workload.policies, workload.capacities, True) as progress:
         results = policy_demo.replay(workload, progress=progress)
-    console.print(results_table(results, title="hit ratios (blocks of 512 tokens); time: the replay alone, kernels compiled beforehand"))
+    console.print(results_table(results, title="hit ratios (blocks of 512 tokens); time: the replay alone, "
+                                               "kernels compiled beforehand"))
     console.print(cost_table(results, title=cost_title(results)))
 
     out = Path(out_dir)

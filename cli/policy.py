@@ -36,7 +36,8 @@ def _trace_options(func):
               help="Comma-separated capacities in blocks (1000, 10k) or % of the trace's distinct blocks.")
 @_trace_options
 @click.option("--calibration", default=None,
-              help="Calibration JSON for the cost model (default: the shipped hopper-published reference, not measured).")
+              help="Calibration JSON for the cost model (default: the shipped hopper-published reference, "
+                   "not measured).")
 @click.option("--model", "model_name", default=None, help="Model preset for the cost model (default qwen2-72b).")
 @click.option("--miss", "miss_mode", type=click.Choice(["recompute", "reload"]), default="recompute",
               show_default=True, help="Price a miss as prefill recompute or host reload.")
@@ -144,8 +145,8 @@ def list_cmd() -> None:
 @click.command("generate")
 @click.argument("out", type=click.Path(dir_okay=False, writable=True))
 @click.option("--seed", default=0, show_default=True, help="Seed: the same seed gives the same workload.")
-@click.option("--duration", "duration_s", default=1800.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="Seconds of traffic.")
+@click.option("--duration", "duration_s", default=1800.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True), help="Seconds of traffic.")
 @click.option("--scale", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Multiply every stack's session rate.")
 @click.option("--as", "kind", type=click.Choice(["mooncake", "requests", "oracle", "csv"]), default="mooncake",

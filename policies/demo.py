@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from .engine.capacity import fraction_capacities
 from .engine.results import FORMAT, FORMAT_VERSION, result_rows, rows_to_csv, trace_summary

@@ -10,8 +10,8 @@ from sitsprof.reports.demo import demo_report, find_example_run
 
 @pytest.fixture(scope="module")
 def workload():
-    from sitsprof.policies.traces import generator
     from sitsprof.policies.sweep import simulate_many
+    from sitsprof.policies.traces import generator
 
     requests = generator.generate_requests(seed=1, duration_s=240.0)
     trace = generator.requests_to_trace(requests, source="test")

@@ -38,7 +38,7 @@ class HybridCache:
     # the front-buffer protocol (front.FrontBuffer)
     back_buffer = snapshot
 
-    def swap(self, back: dict) -> "HybridCache":
+    def swap(self, back: dict) -> HybridCache:
         self.adopt(back)
         return self
 

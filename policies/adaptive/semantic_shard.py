@@ -38,7 +38,8 @@ from .signals import P99_SAMPLE, action_cell, adapt_alpha, migration_score, wind
 from .tenancy import ctcci
 
 NAME = "semantic-shard"
-DESCRIPTION = "Semantic shard cache: per-shard LRU slots rebalanced by demand, TTL expiry (180 s), shard eviction counts"
+DESCRIPTION = ("Semantic shard cache: per-shard LRU slots rebalanced by demand, TTL expiry (180 s), "
+               "shard eviction counts")
 SHARD_KEYS = ("first-block", "tenant", "stack", "embedding")
 # The tuning keywords of `run` (engine.params.accepted), with run's defaults; the rest of its
 # keywords are data (texts, embedder, offsets, hit_out) or the cost model's (calibration, model, miss).
@@ -199,7 +200,8 @@ def allocate(capacity: int, demand: np.ndarray) -> np.ndarray:
     """Slots per shard in proportion to demand, at least one each, summing to <= capacity."""
     k = len(demand)
     if capacity < k:
-        raise PolicyEngineError(f"capacity {capacity} is below the {k} shards (one slot each at least); use fewer --shards")
+        raise PolicyEngineError(f"capacity {capacity} is below the {k} shards (one slot each at least); "
+                                "use fewer --shards")
     spare = capacity - k
     total = float(demand.sum())
     share = demand / total if total > 0 else np.full(k, 1.0 / k)
@@ -316,7 +318,8 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, shards=16):
     block = np.ascontiguousarray(block, dtype=np.int32)
     offsets = np.asarray(req_offsets, dtype=np.int64)
     n = len(block)
-    req_shard = np.empty(len(offsets) - 1, dtype=np.int8 if shards <= 127 else np.int16 if shards <= 32767 else np.int32)
+    dtype = np.int8 if shards <= 127 else np.int16 if shards <= 32767 else np.int32
+    req_shard = np.empty(len(offsets) - 1, dtype=dtype)
     hash_shards(block, offsets, shards, req_shard)
     bounds = np.array([0, n], dtype=np.int64)
     cost = CostModel()

@@ -1,6 +1,6 @@
 """SITS adaptive policy: a cache that switches between recency and scan resistance per window.
 
-The cache keeps ARC's four lists (T1/T2 resident, B1/B2 ghosts; see arc.py) and serves in
+The cache keeps ARC's four lists (T1/T2 resident, B1/B2 ghosts; see classic/arc.py and hybrid.py) and serves in
 one of two *behaviours* over the same lists:
 
 - ``recency``: one LRU list: misses enter T2 at its head and T2's tail is evicted, once
@@ -27,8 +27,8 @@ a controller that logs every decision:
 2. Signals: access-pattern entropy H (Shannon entropy, bits, of the window's block ids hashed
    into 256 buckets, so 0 <= H <= 8) and latency sensitivity d (P99 TTFT of the window's
    requests in ms, from the cost model; larger windows use 32 evenly spaced runs of
-   consecutive requests / references, 1024 requests and 4096 references in all). score = a*min(1, H/8) + (1-a)*min(1, d/200);
-   a starts at 0.6 and moves with load (see ``adapt_alpha``).
+   consecutive requests / references, 1024 requests and 4096 references in all; see
+   signals.py). score = a*min(1, H/8) + (1-a)*min(1, d/200); a starts at 0.6 and moves with load (see ``adapt_alpha``).
 3. Action matrix: H < 2.5 and d < 50 ms -> ``keep`` (no change); H > 6 and d > 150 ms ->
    ``migrate`` to the shadow winner once it leads by ``migrate_margin`` (0.1%) of the sampled
    references; elsewhere -> ``migrate`` only when score >= ``score_threshold`` (0.5) and the
@@ -63,7 +63,8 @@ from .tenancy import ctcci
 from .threshold import LirsBaseline, ThresholdEngine
 
 NAME = "sits"
-DESCRIPTION = "SITS adaptive: per-window entropy/P99 score switches recency vs ARC-style scan resistance, shadow-evaluated"
+DESCRIPTION = ("SITS adaptive: per-window entropy/P99 score switches recency vs ARC-style scan resistance, "
+               "shadow-evaluated")
 
 BEHAVIOURS = ("recency", "scan")
 
@@ -151,8 +152,9 @@ def run(trace: Trace, capacity: int, offsets=None, **kwargs):
 
     Keywords: calibration, model, miss (cost model); threshold=True (with threshold_windows,
     threshold_budget_ms, threshold_horizon_s) or gate (a threshold.ThresholdEngine): literal
-    LIRS serves, the controller disarmed, until the engine hot-switches to the SITS cache; hit_out (receives the per-reference hit flags); the rest are SitsConfig fields. ``seconds`` covers the whole
-    run (cost model, shadows, controller), not only the cache.
+    LIRS serves, the controller disarmed, until the engine hot-switches to the SITS cache;
+    hit_out (receives the per-reference hit flags); the rest are SitsConfig fields. ``seconds``
+    covers the whole run (cost model, shadows, controller), not only the cache.
     """
     offsets = trace.request_offsets if offsets is None else np.asarray(offsets, dtype=np.int64)
     hit, evictions, max_resident, seconds, extra = _replay(

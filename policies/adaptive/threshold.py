@@ -173,9 +173,11 @@ class ThresholdEngine:
         if cost > self.budget_ms:
             del back  # the front buffer never stopped serving: nothing to undo there
             self.rollbacks += 1
-            events.append({"event": "rollback", **base, "to": "lirs" if isinstance(cache, LirsBaseline) else "baseline"})
+            events.append({"event": "rollback", **base,
+                           "to": "lirs" if isinstance(cache, LirsBaseline) else "baseline"})
             events.append({"event": "alert", **base,
-                           "message": f"hot switch needed {cost:.1f} ms of model time, over the {self.budget_ms:g} ms budget; rolled back"})
+                           "message": f"hot switch needed {cost:.1f} ms of model time, over the "
+                                      f"{self.budget_ms:g} ms budget; rolled back"})
             return False
         self.live = cache.swap(back)
         self.fired = True

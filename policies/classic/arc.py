@@ -91,7 +91,7 @@ def replay_window(block, lo, hi, prev, nxt, where, ends, sizes, state, behaviour
             where[b] = _T2
             continue
         hit[i] = 0
-        ghost = w == _B1 or w == _B2
+        ghost = w == _B1 or w == _B2  # noqa: SIM109 (two integer compares in the compiled loop)
         in_b2_hit = w == _B2
         if w == _B1:
             # Ghost hit: adapt p (ratio taken before the ghost shrinks); the block goes to T2.

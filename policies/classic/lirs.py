@@ -167,7 +167,7 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
                 todo = _NONRES_TO_LIR  # non-resident HIR id in S: a miss, it becomes LIR
         elif f & IN_Q:
             todo = _Q_TO_S  # resident HIR only in Q: a hit, back onto S as HIR
-        hit[i] = 1 if todo == _HIR_TO_LIR or todo == _Q_TO_S else 0
+        hit[i] = 1 if todo == _HIR_TO_LIR or todo == _Q_TO_S else 0  # noqa: SIM109 (compiled loop)
         if todo != _NOTHING:
             # Make room in the LIR set: demote S's bottom to Q's top (evicting Q's bottom if
             # Q is full), then prune S. libCacheSim does this for a Q-only hit too, although

@@ -47,7 +47,7 @@ class GpuFigures:
     calibration: str
 
     @classmethod
-    def from_calibration(cls, calibration: dict | str | None = None) -> "GpuFigures":
+    def from_calibration(cls, calibration: dict | str | None = None) -> GpuFigures:
         cal = calibration if isinstance(calibration, dict) else load_calibration(calibration)
         bw = cal["bandwidth"]
         compute = cal.get("compute")

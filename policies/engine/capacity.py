@@ -22,9 +22,7 @@ def check_capacity(capacity) -> int:
         raise CapacityError(
             f"capacity {capacity!r} is not a number of blocks; give a positive integer such as 1000"
         )
-    if isinstance(capacity, numbers.Integral):
-        value = int(capacity)
-    elif math.isfinite(capacity) and float(capacity).is_integer():
+    if isinstance(capacity, numbers.Integral) or (math.isfinite(capacity) and float(capacity).is_integer()):
         value = int(capacity)
     else:
         raise CapacityError(
