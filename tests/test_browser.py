@@ -240,6 +240,7 @@ def _policy_payload() -> dict:
     return {"results": results, "decisions": decisions}
 
 
+@pytest.mark.slow  # ~18 s: starts Chromium and draws every plot
 @needs_chromium
 def test_report_renders_in_headless_chromium(tmp_path):
     """The real pipeline: two synthetic runs (one host name hostile) and policy results -> HTML."""

@@ -332,6 +332,7 @@ def test_sitsprof_run_end_to_end_on_emulated_kernels(emulated, fake_gpu, tmp_pat
     assert fake_gpu.state["devices"][0]["locked_gpu"] is None  # and restored after it
 
 
+@pytest.mark.slow  # ~16 s: a whole emulated `sitsprof run` with the samplers running
 def test_sitsprof_run_phases_line_up_with_the_sampler_clock(emulated, fake_gpu, tmp_path, capsys):
     """The suite records its phases' origin on the samplers' monotonic clock; the report uses it."""
     from sitsprof.cli.main import main
