@@ -10,9 +10,8 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
-
 import fake_nvml
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 MOONCAKE = ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
