@@ -11,11 +11,12 @@ from __future__ import annotations
 from types import ModuleType
 
 from .adaptive import semantic_shard, sits
-from .classic import arc, fifo, lfu, lirs, lru, prefix_lru, s3fifo, sieve, twoq
+from .classic import arc, belady, fifo, lfu, lirs, lru, prefix_lru, s3fifo, sieve, twoq
 from .errors import UnknownPolicyError
 
-# The policy modules, in the order tables list them.
-MODULES: tuple[ModuleType, ...] = (lru, fifo, lfu, sieve, lirs, arc, s3fifo, twoq, prefix_lru, sits, semantic_shard)
+# The policy modules, in the order tables list them; belady (offline optimal) last, as the headroom line.
+MODULES: tuple[ModuleType, ...] = (lru, fifo, lfu, sieve, lirs, arc, s3fifo, twoq, prefix_lru, sits, semantic_shard,
+                                   belady)
 
 
 def _load() -> dict[str, ModuleType]:

@@ -85,8 +85,8 @@ def test_whole_float_capacity_is_accepted():
 
 
 def test_unknown_policy_and_parameter():
-    with pytest.raises(PolicyEngineError, match="unknown policy 'belady'; choose from lru") as info:
-        simulate(np.array([1, 2]), "belady", 10)
+    with pytest.raises(PolicyEngineError, match="unknown policy 'optimal'; choose from lru") as info:
+        simulate(np.array([1, 2]), "optimal", 10)
     assert info.value.exit_code == 2
     with pytest.raises(PolicyEngineError, match="'lru' has no parameter ghost_ratio"):
         simulate(np.array([1, 2]), "lru", 10, ghost_ratio=0.5)
