@@ -6,6 +6,10 @@ core count and a small table of known parts; `sources` says which.
 """
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+
+from sitsprof.pmu.errors import NoGpuError, PmuError
 from sitsprof.pmu.nvml import cuda_version_text, handle, nvml, optional, text
 
 # nvmlClocksEventReason* bits (nvml.h)
@@ -147,3 +151,108 @@ def device_facts(index: int = 0, cuda: bool = True) -> dict:
         "sources": sources,
     }
 
+
+
+# -- which NVML device a CUDA index is -------------------------------------------------------
+# The index a user gives (`--device`) is CUDA's: the probes run on cupy.cuda.Device(i) and CUPTI
+# takes a CUDA index. NVML numbers GPUs in its own order (PCI order), and nvml.h warns that its
+# index "may not correlate with other APIs, such as the CUDA device index": CUDA's default
+# CUDA_DEVICE_ORDER=FASTEST_FIRST and CUDA_VISIBLE_DEVICES both make them differ. So every
+# NVML consumer (samplers, clocks, device facts) goes through `choose_device`, which finds the
+# CUDA device's PCI bus id and asks NVML for that device.
+
+_NO_CUDA = ("no CUDA library (CuPy or cuda-python) to map CUDA's index to NVML's: GPU {index} is NVML's "
+            "index {index}, which can differ from CUDA's (CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES)")
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """The GPU behind a user's device index: CUDA's index, NVML's index, and how they were matched."""
+
+    cuda_index: int | None  # None where no CUDA library could say
+    nvml_index: int
+    pci_bus_id: str
+    uuid: str
+    how: str  # "cupy pci bus id" | "cuda-python pci bus id" | the sentence saying no CUDA library mapped it
+
+    @property
+    def mapped(self) -> bool:
+        return self.cuda_index is not None
+
+    def describe(self) -> dict:
+        return {"cuda_index": self.cuda_index, "nvml_index": self.nvml_index, "pci_bus_id": self.pci_bus_id,
+                "uuid": self.uuid, "device_mapping": self.how}
+
+
+def _cupy_pci_bus_id(index: int) -> str | None:
+    """CUDA device `index`'s PCI bus id through CuPy (cudaDeviceGetPCIBusId); None without CuPy."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # noqa: BLE001 - CuPy without a working CUDA runtime: let another library try
+        return None
+    if not 0 <= index < count:
+        raise PmuError(_no_cuda_device(index, count))
+    return str(cupy.cuda.Device(index).pci_bus_id)
+
+
+def _cuda_python_pci_bus_id(index: int) -> str | None:
+    """CUDA device `index`'s PCI bus id through cuda-python (cuDeviceGetPCIBusId); None without it."""
+    try:
+        from cuda.bindings import driver as cu
+    except ImportError:
+        return None
+    try:
+        (err,) = cu.cuInit(0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return None
+        err, count = cu.cuDeviceGetCount()
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return None
+        if not 0 <= index < count:
+            raise PmuError(_no_cuda_device(index, count))
+        err, dev = cu.cuDeviceGet(index)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return None
+        err, bus_id = cu.cuDeviceGetPCIBusId(32, dev)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return None
+    except PmuError:
+        raise
+    except Exception:  # noqa: BLE001 - an unusable cuda-python is the same as none
+        return None
+    return bus_id.split(b"\0", 1)[0].decode() if isinstance(bus_id, bytes) else str(bus_id)
+
+
+def _no_cuda_device(index: int, count: int) -> str:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    where = f" with CUDA_VISIBLE_DEVICES={visible}" if visible is not None else ""
+    return f"there is no CUDA device {index}: CUDA sees {count}{where} (indices 0..{count - 1}); pick one of those"
+
+
+def choose_device(index: int = 0) -> DeviceChoice:
+    """The GPU a user's `--device index` names: CUDA device `index`, found in NVML by its PCI bus
+    id. With no CUDA library, `index` is taken as NVML's and `how` says so."""
+    pynvml = nvml()
+    for how, lookup in (("cupy pci bus id", _cupy_pci_bus_id), ("cuda-python pci bus id", _cuda_python_pci_bus_id)):
+        bus_id = lookup(index)
+        if bus_id is None:
+            continue
+        try:
+            h = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+        except pynvml.NVMLError as exc:
+            raise NoGpuError(f"CUDA device {index} (PCI {bus_id}) is not a GPU NVML can see ({exc}); "
+                             "check that nvidia-smi lists it") from None
+        return DeviceChoice(index, int(pynvml.nvmlDeviceGetIndex(h)), text(pynvml.nvmlDeviceGetPciInfo(h).busId),
+                            text(pynvml.nvmlDeviceGetUUID(h)), how)
+    h = handle(index)
+    return DeviceChoice(None, index, text(pynvml.nvmlDeviceGetPciInfo(h).busId), text(pynvml.nvmlDeviceGetUUID(h)),
+                        _NO_CUDA.format(index=index))
+
+
+def cuda_to_nvml(cuda_index: int) -> int:
+    """NVML's index of CUDA device `cuda_index` (see `choose_device`)."""
+    return choose_device(cuda_index).nvml_index

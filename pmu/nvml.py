@@ -140,3 +140,61 @@ def group_readers(pynvml, h, groups):
     table = {"clocks": clocks, "power": power, "temperature": temperature, "utilization": utilization,
              "event_reasons": event_reasons, "memory": memory, "fields": fields}
     return [table[g] for g in groups]
+
+
+# nvmlSamplingType_t (nvml.h) of the driver's timestamped series sitsprof reads, with the column
+# each becomes and the factor from the driver's unit (power in mW, utilisation in %)
+DRIVER_SERIES = {
+    "power_w": ("NVML_TOTAL_POWER_SAMPLES", 0.001),
+    "gpu_util_pct": ("NVML_GPU_UTILIZATION_SAMPLES", 1.0),
+    "memory_util_pct": ("NVML_MEMORY_UTILIZATION_SAMPLES", 1.0),
+}
+
+
+class DriverSeries:
+    """The driver's own timestamped samples of one quantity (`nvmlDeviceGetSamples`).
+
+    nvml.h: the driver keeps a buffer of samples, each with a "CPU timestamp in microseconds";
+    a query passes the last timestamp it saw (`lastSeenTimeStamp`) and gets only newer ones;
+    NVML_ERROR_NOT_FOUND means there are none yet. `read()` returns the new (timestamp_us,
+    value) pairs and keeps the bookkeeping, so no sample is returned twice or skipped while the
+    buffer holds it. The first query starts at `since_us` (the recording's start), not at the
+    whole buffer."""
+
+    def __init__(self, pynvml, h, column: str, since_us: int):
+        type_name, self.scale = DRIVER_SERIES[column]
+        self.pynvml, self.handle, self.column = pynvml, h, column
+        self.type = getattr(pynvml, type_name)
+        self.last_seen_us = int(since_us)
+
+    def read(self) -> list[tuple[int, float]]:
+        p = self.pynvml
+        try:
+            _, samples = p.nvmlDeviceGetSamples(self.handle, self.type, self.last_seen_us)
+        except p.NVMLError_NotFound:
+            return []
+        out = []
+        for sample in samples:
+            stamp = int(sample.timeStamp)
+            if stamp <= self.last_seen_us:
+                continue
+            out.append((stamp, sample.sampleValue.uiVal * self.scale))
+        if out:
+            out.sort()
+            self.last_seen_us = out[-1][0]
+        return out
+
+
+def driver_series(pynvml, h, columns, since_us: int) -> tuple[list[DriverSeries], dict[str, str]]:
+    """(readers, {column: why not}) for the driver series this GPU/driver supports."""
+    readers, unsupported = [], {}
+    for column in columns:
+        series = DriverSeries(pynvml, h, column, since_us)
+        try:
+            series.read()
+        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound) as exc:
+            unsupported[column] = f"nvmlDeviceGetSamples({DRIVER_SERIES[column][0]}): {exc}"
+            continue
+        series.last_seen_us = int(since_us)  # the probe read is not kept: start again from since_us
+        readers.append(series)
+    return readers, unsupported

@@ -11,7 +11,13 @@ so a layout mismatch would show up as wrong values in the tests.
 Behaviour follows NVML's documentation: `NVML_ERROR_UNINITIALIZED` before `nvmlInit`,
 `NVML_ERROR_INSUFFICIENT_SIZE` plus the count for the supported-clock queries, root needed
 for locked clocks (`NVML_ERROR_NO_PERMISSION`), symbolic `NVML_CLOCK_LIMIT_ID_*` values only
-in pairs, GPM support reported through `nvmlGpmSupport_t.isSupportedDevice`.
+in pairs, GPM support reported through `nvmlGpmSupport_t.isSupportedDevice`. Persistence mode
+(`nvmlDeviceGetPersistenceMode`) decides whether locked clocks outlive the last client:
+nvml.h (nvmlDeviceSetPersistenceMode) says it "determines whether the GPU driver software is
+torn down after the last client exits", and a teardown loses locked clocks, so with it off the
+fake drops the locks when its last `nvmlShutdown` leaves no client (`other_clients` counts
+processes outside the fake that keep the GPU open). `nvmlDeviceGetMigMode` answers from
+`mig_mode` ([current, pending]) or NVML_ERROR_NOT_SUPPORTED where `mig_supported` is false.
 
 State is a dict (`DEFAULT_STATE` shape). With a state file (`SITSPROF_FAKE_NVML` names it),
 clock changes are written back, so a second process sees what the first locked: that is how
@@ -59,6 +65,9 @@ def _h200(index: int) -> dict:
         "supported_graphics": list(range(1980, 344, -15)),
         "locked_gpu": None,
         "locked_mem": None,
+        "persistence_mode": 1,  # nvmlEnableState_t: NVML_FEATURE_ENABLED
+        "mig_supported": True,  # H100/H200 support MIG (nvmlDeviceGetMigMode: "For Ampere or newer")
+        "mig_mode": [0, 0],  # [current, pending]: NVML_DEVICE_MIG_DISABLE
         "power_mw": 120_000,
         "temperature": 33,
         "util_gpu": 0,
@@ -76,6 +85,7 @@ DEFAULT_STATE = {
     "gpm": "supported",  # "supported" | "unsupported" (isSupportedDevice = 0) | "absent" (old driver)
     "driver_version": "580.82.07",
     "cuda_driver_version": 13000,
+    "other_clients": 0,  # processes outside the fake with the GPU open (they keep the driver up)
     "devices": [_h200(0)],
 }
 
@@ -110,6 +120,10 @@ class FieldValue(Structure):  # nvmlFieldValue_t
                 ("valueType", c_uint), ("nvmlReturn", c_uint), ("value", Value)]
 
 
+class Sample(Structure):  # nvmlSample_t
+    _fields_ = [("timeStamp", c_ulonglong), ("sampleValue", Value)]
+
+
 class GpmSupport(Structure):  # nvmlGpmSupport_t
     _fields_ = [("version", c_uint), ("isSupportedDevice", c_uint)]
 
@@ -129,6 +143,10 @@ class GpmMetricsGetHead(Structure):  # nvmlGpmMetricsGet_t up to the metrics arr
 # GPM metric ids (nvml.h nvmlGpmMetricId_t) -> state key
 _GPM_KEYS = {1: "sm_util", 2: "sm_util", 3: "sm_occupancy", 10: "dram_bw_util",
              20: "pcie_tx", 21: "pcie_rx", 60: "nvlink_rx", 61: "nvlink_tx"}
+# nvmlSamplingType_t (nvml.h): NVML_TOTAL_POWER_SAMPLES 0 (mW), NVML_GPU_UTILIZATION_SAMPLES 1,
+# NVML_MEMORY_UTILIZATION_SAMPLES 2 (%) -> state key; the driver's sample period per type (us)
+_SAMPLE_KEYS = {0: "power_mw", 1: "util_gpu", 2: "util_mem"}
+_SAMPLE_PERIOD_US = {"0": 20_000, "1": 166_667, "2": 166_667}
 # field ids (nvml.h NVML_FI_*) the fake answers
 _FI_TOTAL_ENERGY, _FI_POWER_INSTANT = 83, 186
 
@@ -157,12 +175,14 @@ class FakeNvmlLib:
         self._sample_buffers: dict[int, ctypes.Array] = {}
         self._errbuf = ctypes.create_string_buffer(b"Unknown Error (fake NVML)")
         self._t0 = time.monotonic()
+        self.gpm_sample_times: list[float] = []  # time.monotonic() of each nvmlGpmSampleGet
+        self.sample_queries: list[tuple[int, int]] = []  # (type, lastSeenTimeStamp) of each nvmlDeviceGetSamples
         self._build()
 
     # -- helpers ------------------------------------------------------------------------
     def save(self) -> None:
         if self.path is not None:
-            tmp = self.path.with_suffix(".tmp")
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")  # one per process: several share a state
             tmp.write_text(json.dumps(self.state))
             os.replace(tmp, self.path)
 
@@ -181,6 +201,19 @@ class FakeNvmlLib:
 
     def _current_mem(self, dev) -> int:
         return dev["locked_mem"][1] if dev["locked_mem"] else max(dev["supported_mem"])
+
+    def _last_client_exit(self) -> None:
+        """The driver is torn down on GPUs without persistence mode: their locked clocks are gone."""
+        dropped = False
+        for dev in self.state["devices"]:
+            if not dev.get("persistence_mode", 1) and (dev["locked_gpu"] or dev["locked_mem"]):
+                dev["locked_gpu"] = dev["locked_mem"] = None
+                dropped = True
+        if dropped:
+            try:
+                self.save()
+            except OSError:
+                pass  # a test's folder already gone at interpreter exit
 
     def _count(self, name):
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -230,6 +263,8 @@ class FakeNvmlLib:
             if not self.initialized:
                 return UNINITIALIZED
             self.initialized -= 1
+            if not self.initialized and not self.state.get("other_clients"):
+                self._last_client_exit()
             return SUCCESS
 
         fns["nvmlErrorString"] = CFUNCTYPE(c_void_p, c_int)(lambda ret: ctypes.addressof(self._errbuf))
@@ -261,6 +296,47 @@ class FakeNvmlLib:
             if index >= len(self._handles):
                 return INVALID_ARGUMENT
             out[0] = ctypes.addressof(self._handles[index])
+            return SUCCESS
+
+        # nvml.h: nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) and
+        # nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device), the bus id
+        # "in the following formats: domain:bus:device.function, bus:device.function" (hex,
+        # "%x:%x:%x.%x", so CUDA's 4-digit domain matches NVML's 8-digit one); NVML_ERROR_NOT_FOUND
+        # when no device has it. nvmlDeviceGetIndex(device, unsigned int *index): NVML's enumeration
+        # index, which "may not correlate with other APIs, such as the CUDA device index" (nvml.h).
+        @entry("nvmlDeviceGetHandleByUUID", c_char_p, POINTER(c_void_p))
+        def handle_by_uuid(uuid, out):
+            if not self.initialized:
+                return UNINITIALIZED
+            if not uuid:
+                return INVALID_ARGUMENT
+            for i, dev in enumerate(self.state["devices"]):
+                if dev["uuid"] == uuid.decode():
+                    out[0] = ctypes.addressof(self._handles[i])
+                    return SUCCESS
+            return NOT_FOUND
+
+        @entry("nvmlDeviceGetHandleByPciBusId_v2", c_char_p, POINTER(c_void_p))
+        def handle_by_pci(bus_id, out):
+            if not self.initialized:
+                return UNINITIALIZED
+            wanted = _pci_tuple(bus_id.decode()) if bus_id else None
+            if wanted is None:
+                return INVALID_ARGUMENT
+            for i, dev in enumerate(self.state["devices"]):
+                if _pci_tuple(dev["pci_bus_id"]) == wanted:
+                    out[0] = ctypes.addressof(self._handles[i])
+                    return SUCCESS
+            return NOT_FOUND
+
+        @entry("nvmlDeviceGetIndex", _P, _U)
+        def device_index(handle, out):
+            if not self.initialized:
+                return UNINITIALIZED
+            index = self._addr.get(handle)
+            if index is None:
+                return INVALID_ARGUMENT
+            out[0] = index
             return SUCCESS
 
         @device_entry("nvmlDeviceGetName", _P, c_uint)
@@ -376,6 +452,8 @@ class FakeNvmlLib:
 
         @device_entry("nvmlDeviceResetGpuLockedClocks")
         def reset_gpu(dev):
+            if not dev.get("gpu_lock_supported", True):
+                return NOT_SUPPORTED  # nvml.h: "if the device does not support this feature"
             return reset_locked(dev, "locked_gpu")
 
         @device_entry("nvmlDeviceSetMemoryLockedClocks", c_uint, c_uint)
@@ -385,6 +463,19 @@ class FakeNvmlLib:
         @device_entry("nvmlDeviceResetMemoryLockedClocks")
         def reset_mem(dev):
             return reset_locked(dev, "locked_mem")
+
+        @device_entry("nvmlDeviceGetPersistenceMode", _U)
+        def persistence_mode(dev, out):  # nvmlEnableState_t *mode; "For all products. For Linux only."
+            out[0] = dev.get("persistence_mode", 1)
+            return SUCCESS
+
+        @device_entry("nvmlDeviceGetMigMode", _U, _U)
+        def mig_mode(dev, current, pending):
+            # nvml.h: NVML_ERROR_NOT_SUPPORTED "if device doesn't support MIG mode"
+            if not dev.get("mig_supported", True):
+                return NOT_SUPPORTED
+            current[0], pending[0] = dev.get("mig_mode", [0, 0])
+            return SUCCESS
 
         @device_entry("nvmlDeviceGetPowerUsage", _U)
         def power(dev, out):
@@ -426,6 +517,44 @@ class FakeNvmlLib:
                     value.nvmlReturn = NOT_SUPPORTED
             return SUCCESS
 
+        # nvml.h nvmlDeviceGetSamples(device, nvmlSamplingType_t type, unsigned long long
+        # lastSeenTimeStamp, nvmlValueType_t *sampleValType, unsigned int *sampleCount,
+        # nvmlSample_t *samples): the driver's buffer of timestamped samples ("CPU timestamp in
+        # microseconds"); with samples NULL it returns in sampleCount how many can be queried;
+        # "Set lastSeenTimeStamp to one of the timeStamps retrieved from the date of the previous
+        # query to get more recent samples"; the count is updated to how many were retrieved;
+        # NVML_ERROR_NOT_FOUND "if sample entries are not found". Power, utilisation and clock
+        # samples are "unsigned int" (NVML_VALUE_TYPE_UNSIGNED_INT = 1). The fake's driver takes
+        # a sample every `sample_period_us[type]` (state) and keeps the last `sample_buffer`.
+        @device_entry("nvmlDeviceGetSamples", c_uint, c_ulonglong, _U, _U, POINTER(Sample))
+        def samples(dev, kind, last_seen, value_type, count, out):
+            if not count:
+                return INVALID_ARGUMENT
+            periods = self.state.get("sample_period_us", _SAMPLE_PERIOD_US)
+            period = periods.get(str(kind))
+            if period is None or not self.state.get("samples_supported", True):
+                return NOT_SUPPORTED
+            now_us = int(time.time() * 1e6)
+            newest = now_us - now_us % period
+            stamps = [t for t in range(newest - (self.state.get("sample_buffer", 120) - 1) * period,
+                                       newest + 1, period) if t > last_seen]
+            self.sample_queries.append((kind, last_seen))
+            if not stamps:
+                return NOT_FOUND
+            value_type[0] = 1
+            if not out:
+                count[0] = len(stamps)
+                return SUCCESS
+            if count[0] == 0:
+                return INVALID_ARGUMENT
+            stamps = stamps[:count[0]]
+            key = _SAMPLE_KEYS[kind]
+            for i, stamp in enumerate(stamps):
+                out[i].timeStamp = stamp
+                out[i].sampleValue.uiVal = int(dev.get(key, 0))
+            count[0] = len(stamps)
+            return SUCCESS
+
         # GPM (Hopper+): absent on old drivers, isSupportedDevice = 0 before Hopper
         if self.state.get("gpm") != "absent":
             @device_entry("nvmlGpmQueryDeviceSupport", POINTER(GpmSupport))
@@ -458,7 +587,13 @@ class FakeNvmlLib:
                     return INVALID_ARGUMENT
                 if self.state.get("gpm") != "supported":
                     return NOT_SUPPORTED
-                self._samples[sample] = (time.monotonic(), dict(dev))
+                # nvml.h (nvmlGpmMetricsGet): "The interval between these two nvmlGpmSampleGet()
+                # calls should be greater than 100ms due to the internal sample refresh rate";
+                # the real call does not refuse a shorter one (the metrics are just wrong), so
+                # the fake records each call's time for the tests to check.
+                now = time.monotonic()
+                self.gpm_sample_times.append(now)
+                self._samples[sample] = (now, dict(dev))
                 return SUCCESS
 
             @entry("nvmlGpmMetricsGet", POINTER(GpmMetricsGetHead))
@@ -484,6 +619,19 @@ class FakeNvmlLib:
         self._fns = fns
         for name, fn in fns.items():
             setattr(self, name, fn)
+
+
+def _pci_tuple(bus_id: str):
+    """(domain, bus, device, function) of "domain:bus:device.function" or "bus:device.function" (hex)."""
+    try:
+        parts = bus_id.strip().split(":")
+        if len(parts) == 2:
+            parts = ["0", *parts]
+        domain, bus, rest = parts
+        device, function = rest.split(".")
+        return int(domain, 16), int(bus, 16), int(device, 16), int(function, 16)
+    except ValueError:
+        return None
 
 
 def _put_string(buf, size, text: str) -> int:

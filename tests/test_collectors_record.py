@@ -24,7 +24,7 @@ def test_record_writes_a_complete_run(fake_gpu, tmp_path):
     assert meta["clocks"]["resolved"] == {"sm": 1755, "memory": None}
     assert meta["clocks"]["applied"]["sm_mhz"] == 1755 and meta["clocks"]["restored"]
     assert meta["clock_sync"]["host_clock"] == "time.monotonic_ns"
-    assert set(back.tables("sampler")) == {"nvml", "gpm"}
+    assert set(back.tables("sampler")) == {"nvml", "nvml_series", "gpm"}  # nvml_series: the driver series (issue 10.14)
     nvml = back.read_table("nvml", "sampler")
     assert len(nvml) == meta["samplers"]["nvml"]["samples"] > 20
     assert (nvml["sm_clock_mhz"] == 1755).all()  # locked for the whole run
@@ -52,7 +52,7 @@ def test_unsupported_gpm_is_skipped_with_reason(tmp_path):
     try:
         run, _ = record(duration_s=0.2, parent=tmp_path, name="r")
         assert "needs Hopper" in run.meta["samplers_skipped"]["gpm"]
-        assert run.tables("sampler") == ["nvml"]
+        assert run.tables("sampler") == ["nvml", "nvml_series"]  # no gpm table; nvml_series: issue 10.14
     finally:
         fake_nvml.uninstall()
 
