@@ -40,6 +40,7 @@ def devices(as_json: bool, show_counters: bool, device: int | None) -> None:
             ("memory clock", f"{clocks['memory_mhz']} MHz now, supported {clocks['supported_memory_mhz']}"),
             ("clock event reasons", ", ".join(facts["clock_event_reasons"] or []) or "none"),
             ("clock locking", ("yes: " if caps["clock_lock"]["possible"] else "no: ") + caps["clock_lock"]["reason"]),
+            ("clock lock on this card", caps["clock_locking"]["summary"]),
             ("GPM", ("yes" if caps["gpm"]["supported"] else "no: " + caps["gpm"]["reason"])),
             ("CUPTI PM sampling", ("yes: " if caps["cupti_pm_sampling"]["available"] else "no: ")
              + caps["cupti_pm_sampling"]["reason"]),

@@ -35,6 +35,7 @@ def _nvml_problems(index: int) -> dict[str, str]:
 
 def capabilities(index: int = 0) -> dict:
     """Clock locking, GPM, CUPTI PM sampling and, for each catalog counter, whether it reads on GPU `index`."""
+    from sitsprof.pmu.clocks import lock_behaviour
     from sitsprof.pmu.cupti_pm import availability
     from sitsprof.pmu.gpm import gpm_support
     from sitsprof.pmu.nvml import nvml, optional
@@ -58,6 +59,7 @@ def capabilities(index: int = 0) -> dict:
         counters.append({**counter.to_dict(), "readable": bool(readable), "reason": reason})
     return {
         "clock_lock": clock_lock_capability(),
+        "clock_locking": lock_behaviour(index),  # what a lock would do on this card (persistence, MIG)
         "gpm": {"supported": gpm_ok, "reason": gpm_reason},
         "cupti_pm_sampling": {"available": cupti_ok, "reason": cupti_reason},
         "counters": counters,

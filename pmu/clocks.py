@@ -5,10 +5,16 @@
 `nvmlDeviceGetSupportedGraphicsClocks` / `nvmlDeviceGetSupportedMemoryClocks`, and resets them
 (`nvmlDeviceReset*LockedClocks`) on normal exit, on an exception, on SIGINT and on SIGTERM.
 
-Before it changes anything it writes a lock record (`pmu.lockstate`); the record goes away
-once the clocks are restored. A process killed with SIGKILL leaves it behind: the next
-`sitsprof` command warns, and `sitsprof clocks reset` restores the clocks and removes it. Note that a reset returns the clocks to the driver default, not to a
-lock somebody else had set before.
+Before it changes anything it takes the GPU's lock record (`pmu.lockstate`: checked and
+written as one step, so two runs cannot both lock a GPU); the record goes away once the clocks
+are restored. A process killed with SIGKILL leaves it behind: the next `sitsprof` command
+warns, and `sitsprof clocks reset` restores the clocks and removes it. Note that a reset
+returns the clocks to the driver default, not to a lock somebody else had set before.
+
+What a lock does depends on the card (`lock_behaviour`): with persistence mode off the driver
+drops it when the last process using the GPU exits, so only a run's own lock (held while the
+run has NVML open) means anything; with MIG enabled the clocks belong to every GPU instance
+on the card, so sitsprof does not lock them.
 """
 from __future__ import annotations
 
@@ -18,8 +24,9 @@ from pathlib import Path
 
 from sitsprof.common.signals import signals_ignored, terminate_raises
 from sitsprof.pmu.device import clock_facts, event_reason_list
-from sitsprof.pmu.errors import ClockPermissionError, ClockValueError, UnsupportedError
-from sitsprof.pmu.lockstate import check_not_held, lock_records, new_record, state_path, write_state
+from sitsprof.pmu.errors import ClockPermissionError, ClockValueError, PmuError, UnsupportedError
+from sitsprof.pmu.lockstate import (DAMAGED, HELD, describe_holder, exclusive, lock_records, mark_reset,
+                                    new_record, read_entry, release, remove, state_path, take)
 from sitsprof.pmu.nvml import handle, nvml, optional, text
 
 TDP = "tdp"
@@ -38,13 +45,91 @@ def read_clocks(index: int = 0) -> dict:
     }
 
 
+def _query(fn, *args):
+    """An NVML query whose failure only means "unknown" (None)."""
+    pynvml = nvml()
+    try:
+        return fn(*args)
+    except pynvml.NVMLError:
+        return None
+
+
+def lock_behaviour(index: int = 0) -> dict:
+    """What locking clocks would do on GPU `index`, asked of NVML without changing anything.
+
+    `supported`: whether sitsprof can lock them here (None: unknown until tried; the driver
+    answers NVML_ERROR_NOT_SUPPORTED then); `persistence_mode` (nvmlDeviceGetPersistenceMode):
+    with it off the driver is torn down, and a lock lost, when the last process using the GPU
+    exits, so `lock_survives_process` is False; `mig_enabled` (nvmlDeviceGetMigMode): the clocks
+    are shared by every GPU instance, so locking is refused. `summary` says it in one line."""
+    pynvml = nvml()
+    h = handle(index)
+    persistence = _query(pynvml.nvmlDeviceGetPersistenceMode, h)
+    persistence = None if persistence is None else persistence == pynvml.NVML_FEATURE_ENABLED
+    mig = _query(pynvml.nvmlDeviceGetMigMode, h)
+    mig_enabled = None if mig is None else mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+    cc = _query(pynvml.nvmlDeviceGetCudaComputeCapability, h)
+    supported_mem = _query(pynvml.nvmlDeviceGetSupportedMemoryClocks, h) or []
+    supported, why = None, "the driver says whether it supports locked clocks only when asked to lock"
+    if mig_enabled:
+        supported, why = False, ("MIG mode is enabled: the clocks are shared by every GPU instance on the card "
+                                 "(other users' work), so sitsprof does not lock them; use --clocks none")
+    elif cc is not None and tuple(cc) < (7, 0):
+        supported, why = False, "locked clocks need a Volta or newer GPU (nvmlDeviceSetGpuLockedClocks)"
+    elif not supported_mem:
+        supported, why = False, "the GPU reports no supported clocks"
+    elif cc is not None:
+        supported, why = True, "Volta or newer, NVML lists its clocks"
+    if persistence is True:
+        lifetime = "persistence mode is on: a lock outlives the process that set it, until it is reset"
+    elif persistence is False:
+        lifetime = ("persistence mode is off: the driver drops a lock when the last process using the GPU exits, "
+                    "so a lock lasts only while a run (or another process) has the GPU open (`nvidia-smi -pm 1`)")
+    else:
+        lifetime = "persistence mode unknown: a lock may be dropped when the last process using the GPU exits"
+    verdict = {True: "supported", False: "not supported", None: "support unknown"}[supported]
+    return {"supported": supported, "reason": why, "persistence_mode": persistence,
+            "lock_survives_process": persistence, "mig_enabled": mig_enabled,
+            "summary": f"{verdict} ({why}); {lifetime}"}
+
+
+def _refuse_unlockable(index: int, behaviour: dict) -> None:
+    if behaviour["mig_enabled"]:
+        raise UnsupportedError(f"GPU {index}: {behaviour['reason']}")
+
+
+def _in_effect(entry: dict, facts: dict) -> bool | None:
+    """Are the clocks `entry` records still in effect, by the current clocks (None: cannot tell)?"""
+    resolved = entry.get("resolved") or {}
+    pairs = [(resolved.get("sm"), facts.get("sm_mhz")), (resolved.get("memory"), facts.get("memory_mhz"))]
+    comparable = [(want, now) for want, now in pairs
+                  if isinstance(want, int) and not isinstance(want, bool) and now is not None]
+    if not comparable:
+        return None
+    if all(want == now for want, now in comparable):
+        return True
+    if "applications_clocks_setting" in (facts.get("event_reasons") or []):
+        return None  # a clock setting is active, yet the clocks differ (throttled?): cannot tell
+    return False
+
+
 def clock_status(index: int = 0) -> dict:
-    """`sitsprof clocks show`: current, max and base clocks, supported values, event reasons and
-    sitsprof's lock records for GPU `index`."""
+    """`sitsprof clocks show`: current, max and base clocks, supported values, event reasons,
+    what locking would do here, and sitsprof's lock records for GPU `index` (each with
+    `in_effect`: the recorded lock compared with the clocks NVML reports now), plus
+    `absent_gpu_locks`: records of GPUs that are not on this node."""
+    pynvml = nvml()
     h = handle(index)
     facts = clock_facts(h)
     facts["event_reasons"] = event_reason_list(h)
-    facts["locks"] = [r for r in lock_records() if r.get("index") == index]
+    facts["clock_locking"] = lock_behaviour(index)
+    mine = state_path(text(pynvml.nvmlDeviceGetUUID(h)))
+    present = {state_path(u) for u in _uuids()}
+    entries = lock_records()
+    facts["locks"] = [e for e in entries if Path(e["path"]) == mine]
+    for entry in facts["locks"]:
+        entry["in_effect"] = None if entry["state"] == DAMAGED else _in_effect(entry, facts)
+    facts["absent_gpu_locks"] = [e for e in entries if Path(e["path"]) not in present]
     return facts
 
 
@@ -173,34 +258,78 @@ def reset_device(index: int, sm: bool = True, memory: bool = True) -> None:
         raise errors[0]
 
 
-def _index_of(uuid: str) -> int | None:
+def _uuids() -> list[str]:
+    """The UUIDs of this node's GPUs, by index."""
     pynvml = nvml()
-    for i in range(pynvml.nvmlDeviceGetCount()):
-        if text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) == uuid:
-            return i
-    return None
+    return [text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))
+            for i in range(pynvml.nvmlDeviceGetCount())]
 
 
-def reset_clocks(index: int | None = None) -> list[dict]:
+def _refuse_live(where: str, entry: dict | None, force: bool) -> None:
+    if entry is not None and entry["state"] == HELD and not force:
+        raise PmuError(f"{where}'s clocks are held by a running sitsprof run ({describe_holder(entry)}); "
+                       "wait for it to finish, or use `sitsprof clocks reset --force` "
+                       "(that run then records that its lock was reset)")
+
+
+def _clear(path: Path, entry: dict | None) -> dict:
+    """Drop the record `entry` after its GPU was reset (a live run's is marked, not removed)."""
+    if entry is None:
+        return {"taken_over": False, "remove_error": None}
+    if entry["state"] == HELD:
+        mark_reset(path, entry)
+        return {"taken_over": True, "remove_error": None}
+    return {"taken_over": False, "remove_error": remove(path)}
+
+
+def reset_clocks(index: int | None = None, force: bool = False) -> list[dict]:
     """`sitsprof clocks reset`: restore GPUs with lock records (or `index`, or all) and drop the records.
 
-    Returns what was reset: [{"index", "uuid", "record"}]."""
-    pynvml = nvml()
-    records = {r.get("uuid"): r for r in lock_records()}
+    Every state file is dealt with, however damaged: a damaged one is removed (its GPU, found
+    by the file's name, is reset); one for a GPU not on this node is removed, its clocks left
+    unrestored. A live run's lock is refused unless `force`; forced, the GPU is reset and the
+    run's record marked, so that the run says in its meta.json that its lock was reset.
+
+    Returns what was done: [{"index" (None: the GPU is not on this node), "uuid", "record"
+    (the state file's entry, or None), "path", "taken_over", "remove_error", "note"}]."""
+    present = {u: i for i, u in enumerate(_uuids())}
+    path_uuid = {state_path(u): u for u in present}
+    entries = {Path(e["path"]): e for e in lock_records()}
     if index is not None:
-        indices = [index]
-    elif records:
-        indices = [i for i in (_index_of(u) for u in records) if i is not None]
+        handle(index)  # one clear error for a GPU that is not there
+        targets = [(index, _uuids()[index])]
+        absent = []
     else:
-        indices = list(range(pynvml.nvmlDeviceGetCount()))
+        matched = sorted((present[path_uuid[p]], path_uuid[p]) for p in entries if p in path_uuid)
+        targets = matched if entries else sorted((i, u) for u, i in present.items())
+        absent = [p for p in entries if p not in path_uuid]
+    for i, uuid in targets:  # refuse before changing anything
+        _refuse_live(f"GPU {i}", entries.get(state_path(uuid)), force)
+    for path in absent:
+        _refuse_live(f"GPU {entries[path].get('uuid')}", entries[path], force)
     done = []
-    for i in indices:
-        uuid = text(pynvml.nvmlDeviceGetUUID(handle(i)))
-        reset_device(i)
-        record = records.pop(uuid, None)
-        if record:
-            Path(record["path"]).unlink(missing_ok=True)
-        done.append({"index": i, "uuid": uuid, "record": record})
+    for i, uuid in targets:
+        path = state_path(uuid)
+        with exclusive(path):
+            entry = read_entry(path)
+            _refuse_live(f"GPU {i}", entry, force)
+            note = None
+            try:
+                reset_device(i)
+            except UnsupportedError as exc:
+                if entry is None:
+                    raise
+                note = f"nothing to restore: {exc}"
+            done.append({"index": i, "uuid": uuid, "record": entry, "path": str(path), "note": note,
+                         **_clear(path, entry)})
+    for path in absent:
+        with exclusive(path):
+            entry = read_entry(path)
+            if entry is None:
+                continue
+            done.append({"index": None, "uuid": entry.get("uuid"), "record": entry, "path": str(path),
+                         "note": "the GPU is not on this node: its clocks could not be restored",
+                         **_clear(path, entry)})
     return done
 
 
@@ -216,28 +345,41 @@ class ClockSession:
     applied: dict | None = None
     after: dict | None = None
     restored: bool = False
+    persistence_mode: bool | None = None
+    reset_by_other: bool = False
+    reset_by: dict | None = None
 
     def to_dict(self) -> dict:
+        """As meta.json's `clocks`. `reset_by_other`: another process (`sitsprof clocks reset
+        --force`) reset the lock or removed its record during the run, so the clocks were not
+        held as `applied` says throughout; `reset_by` says who, when."""
         return {"device_index": self.device_index, "mode": self.mode, "requested": self.requested,
                 "resolved": self.resolved, "before": self.before, "applied": self.applied,
-                "after": self.after, "restored": self.restored}
+                "after": self.after, "restored": self.restored, "persistence_mode": self.persistence_mode,
+                "reset_by_other": self.reset_by_other, "reset_by": self.reset_by}
 
 
 def lock_persistent(index: int = 0, sm="max", memory=None) -> dict:
-    """`sitsprof clocks lock`: lock until `sitsprof clocks reset` (recorded as persistent)."""
+    """`sitsprof clocks lock`: lock until `sitsprof clocks reset` (recorded as persistent).
+
+    The result's `clock_locking` (`lock_behaviour`) says whether the lock outlives this process."""
     pynvml = nvml()
     uuid = text(pynvml.nvmlDeviceGetUUID(handle(index)))
+    behaviour = lock_behaviour(index)
+    _refuse_unlockable(index, behaviour)
     resolved = resolve(index, sm, memory)
     path = state_path(uuid)
-    check_not_held(path, index, persistent_ok=True)
     before = read_clocks(index)
-    write_state(path, new_record(index, uuid, resolved, before, persistent=True))
+    record = new_record(index, uuid, resolved, before, persistent=True,
+                        persistence_mode=behaviour["persistence_mode"])
+    take(path, record, index, persistent_ok=True)
     try:
         apply_clocks(index, resolved)
     except BaseException:
-        path.unlink(missing_ok=True)
+        release(path, record["lock_id"])
         raise
-    return {"index": index, "uuid": uuid, "resolved": resolved, "before": before, "applied": read_clocks(index)}
+    return {"index": index, "uuid": uuid, "resolved": resolved, "before": before, "applied": read_clocks(index),
+            "clock_locking": behaviour}
 
 
 @contextmanager
@@ -263,10 +405,14 @@ def locked_clocks(device_index: int = 0, sm="max", memory=None, mode: str = "loc
             session.after = read_clocks(device_index)
         return
     uuid = text(nvml().nvmlDeviceGetUUID(handle(device_index)))
+    behaviour = lock_behaviour(device_index)
+    _refuse_unlockable(device_index, behaviour)
+    session.persistence_mode = behaviour["persistence_mode"]
     path = state_path(uuid)
-    check_not_held(path, device_index)
+    record = new_record(device_index, uuid, session.resolved, session.before, persistent=False,
+                        persistence_mode=behaviour["persistence_mode"])
     with terminate_raises():
-        write_state(path, new_record(device_index, uuid, session.resolved, session.before, persistent=False))
+        take(path, record, device_index)  # check and write as one step: one run per GPU
         changed = False
         try:
             apply_clocks(device_index, session.resolved)  # all or nothing
@@ -280,7 +426,9 @@ def locked_clocks(device_index: int = 0, sm="max", memory=None, mode: str = "loc
                         reset_device(device_index, sm=session.resolved["sm"] is not None,
                                      memory=session.resolved["memory"] is not None)
                         session.restored = True
-                    path.unlink(missing_ok=True)
+                    taken_over = release(path, record["lock_id"])
+                    if taken_over is not None:
+                        session.reset_by_other, session.reset_by = True, taken_over
                 finally:
                     try:
                         session.after = read_clocks(device_index)

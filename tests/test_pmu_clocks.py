@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -85,8 +86,12 @@ def test_mode_none_changes_nothing_and_records_drift(fake_gpu):
 def test_stale_record_warns_and_reset_restores(fake_gpu, tmp_path):
     clocks.apply_clocks(0, {"sm": 1500, "memory": None})
     record = lockstate.new_record(0, _dev(fake_gpu)["uuid"], {"sm": 1500, "memory": None}, {}, persistent=False)
-    record["pid"] = 2**22 + 12345  # a process that no longer exists
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    record["pid"], record["pid_start"] = gone.pid, None  # a process that no longer exists
     lockstate.write_state(lockstate.state_path(_dev(fake_gpu)["uuid"]), record)
+    assert lockstate.lock_records()[0]["state"] == lockstate.STALE
+    assert "may still be locked" in lockstate.stale_lock_warning()
     assert "sitsprof clocks reset" in lockstate.stale_lock_warning()
     done = clocks.reset_clocks()
     assert [d["index"] for d in done] == [0]
