@@ -25,7 +25,7 @@ from pathlib import Path
 from sitsprof.common.signals import signals_ignored, terminate_raises
 from sitsprof.pmu.device import clock_facts, event_reason_list
 from sitsprof.pmu.errors import ClockPermissionError, ClockValueError, PmuError, UnsupportedError
-from sitsprof.pmu.lockstate import (DAMAGED, HELD, describe_holder, exclusive, lock_records, mark_reset,
+from sitsprof.pmu.lockstate import (DAMAGED, DROPPED, HELD, describe_holder, exclusive, lock_records, mark_reset,
                                     new_record, read_entry, release, remove, state_path, take)
 from sitsprof.pmu.nvml import handle, nvml, optional, text
 
@@ -320,6 +320,10 @@ def reset_clocks(index: int | None = None, force: bool = False) -> list[dict]:
                 if entry is None:
                     raise
                 note = f"nothing to restore: {exc}"
+            except ClockPermissionError as exc:
+                if entry is None or entry["state"] not in (DAMAGED, DROPPED):
+                    raise  # a lock that may still hold: keep its record until root resets it
+                note = f"its clocks were not reset: {exc}"
             done.append({"index": i, "uuid": uuid, "record": entry, "path": str(path), "note": note,
                          **_clear(path, entry)})
     for path in absent:

@@ -320,7 +320,7 @@ def refuse_if_held(entry: dict | None, index: int, persistent_ok: bool = False) 
                 f"GPU {index}'s clocks are locked by `sitsprof clocks lock` ({entry.get('resolved')}); "
                 "use --clocks none to run at those clocks, or `sitsprof clocks reset` first")
         return
-    if entry["pid"] == os.getpid() and entry.get("pid_start") == process_start(os.getpid()):
+    if entry["pid"] == os.getpid() and entry.get("pid_start") in (None, process_start(os.getpid())):
         return  # this very process
     raise PmuError(f"GPU {index}'s clocks are held by another sitsprof run ({describe_holder(entry)}); "
                    "wait for it to finish, or use --clocks none to record without locking")

@@ -407,6 +407,8 @@ class FakeNvmlLib:
 
         @device_entry("nvmlDeviceSetMemoryLockedClocks", c_uint, c_uint)
         def set_mem(dev, low, high):
+            if not dev.get("mem_lock_supported", True):
+                return NOT_SUPPORTED  # nvml.h: "if the device does not support this feature"
             return set_locked(dev, "locked_mem", low, high, dev["supported_mem"])
 
         @device_entry("nvmlDeviceResetMemoryLockedClocks")

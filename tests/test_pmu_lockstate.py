@@ -333,3 +333,29 @@ def test_lock_file_held_too_long_is_one_line(fake_gpu):
         assert time.monotonic() - started < 2
     finally:
         os.close(fd)
+
+
+def test_reset_without_root_removes_damaged_records_but_keeps_a_lock_that_may_hold(fake_gpu, cli):
+    """12.2: without root a damaged (or dropped) record is still removable; a stale one, whose
+    lock may still hold, stays until root resets the clocks (the error says so)."""
+    fake_gpu.state["root"] = False
+    path = lockstate.state_path(_uuid(fake_gpu))
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"null")
+    code, out, err = cli("clocks", "reset")
+    assert code == 0, err
+    assert "its clocks were not reset" in out and "needs root" in out and not path.exists()
+    _write(fake_gpu, pid=_dead_pid())
+    code, out, err = cli("clocks", "reset")
+    assert code == 2 and "needs root" in err and path.exists()
+
+
+def test_memory_lock_not_supported_is_one_line_and_leaves_nothing(fake_gpu, tmp_path):
+    """10.13 (NOT_SUPPORTED checked): nvmlDeviceSetMemoryLockedClocks answering NVML_ERROR_NOT_SUPPORTED is
+    one line and leaves no record (the mapping existed; the fake now answers it, so it is pinned)."""
+    fake_gpu.state["devices"][0]["mem_lock_supported"] = False
+    with pytest.raises(UnsupportedError, match="locking the memory clock: not supported .*NVML_ERROR_NOT_SUPPORTED"):
+        with clocks.locked_clocks(0, sm="max", memory="max"):
+            pytest.fail("must not run unlocked as if locked")
+    assert fake_gpu.state["devices"][0]["locked_gpu"] is None
+    assert not list((tmp_path / "state").glob("clocks-*.json"))
