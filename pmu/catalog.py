@@ -64,7 +64,8 @@ COUNTERS: tuple[Counter, ...] = (
             "NVLink receive bandwidth, all links", 0.1),
     Counter("gpm_nvlink_tx_mibps", "gpm", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC (61)", "MiB/s",
             "NVLink transmit bandwidth, all links", 0.1),
-    # CUPTI PM sampling (cupti-python >= 13.3; interval in ns, default 10 us)
+    # CUPTI PM sampling (cupti-python >= 13.3; interval in ns, default 100 us: pmu.cupti_pm says why);
+    # together they must fit one pass of one single-pass set (checked against the chip at configure time)
     Counter("lts__t_sectors_lookup_hit.sum", "cupti_pm", "lts__t_sectors_lookup_hit.sum", "sectors",
             "L2 sector lookups that hit, per sample interval", 1e-6),
     Counter("lts__t_sectors_lookup_miss.sum", "cupti_pm", "lts__t_sectors_lookup_miss.sum", "sectors",
