@@ -7,7 +7,6 @@ calibration and the HTML report `sitsprof.reports.demo`, which prices the replay
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import click
 
@@ -24,6 +23,7 @@ from .console import cost_table, cost_title, progress_bar, results_table, stdout
               help="Comma-separated policy names, or 'all'.")
 def demo(out_dir, seed, duration_s, policy_text) -> None:
     """Generate the three-stack workload, replay it through every policy, write the results."""
+    from sitsprof.common.atomic import make_folder
     from sitsprof.policies import demo as policy_demo
     from sitsprof.policies.registry import select_policies
     from sitsprof.reports.demo import demo_report  # calibration -> policy costs -> one HTML report
@@ -42,11 +42,7 @@ def demo(out_dir, seed, duration_s, policy_text) -> None:
                                                "kernels compiled beforehand"))
     console.print(cost_table(results, title=cost_title(results)))
 
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.ClickException(f"cannot create the output folder {out}: {exc.strerror}") from None
+    out = make_folder(out_dir)  # a folder that cannot be made: one line, exit 2
     document, paths = policy_demo.write_results(out, workload, results)
     console.print(f"wrote {paths[0]}, {paths[1]} and {paths[2]} in {time.perf_counter() - workload.started:.1f} s")
     report = demo_report(out, lambda calibration: policy_demo.policy_results(trace, results, calibration), document)

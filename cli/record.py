@@ -1,9 +1,9 @@
 """`sitsprof record -- COMMAND` (sample a workload into a run directory) and `sitsprof inspect RUN`."""
 from __future__ import annotations
 
-import json
-
 import click
+
+from sitsprof.common import jsonout
 
 
 @click.command("record", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -20,14 +20,18 @@ import click
 @click.option("--nvml-groups", default=None,
               help="NVML counter groups, comma separated (default: clocks,power,temperature,utilization,"
                    "event_reasons,memory; also: fields). Fewer groups, faster reads.")
-@click.option("--gpm/--no-gpm", default=True, show_default=True, help="GPM sampler (Hopper+, every 100 ms; skipped if unsupported).")
-@click.option("--cupti/--no-cupti", default=False, show_default=True, help="CUPTI PM sampler (L2, DRAM; needs cupti-python>=13.3).")
-@click.option("--cupti-interval", default="10us", show_default=True, help="CUPTI PM sampling interval.")
+@click.option("--gpm/--no-gpm", default=True, show_default=True,
+              help="GPM sampler (Hopper+, every 100 ms; skipped if unsupported).")
+@click.option("--cupti/--no-cupti", default=False, show_default=True,
+              help="CUPTI PM sampler (L2, DRAM; needs cupti-python>=13.3).")
+@click.option("--cupti-interval", default="100us", show_default=True,
+              help="CUPTI PM sampling interval (10us works for short windows; its overflow is reported).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record(duration, parent, name, device, clock_mode, sm, memory, interval, nvml_groups, gpm, cupti, cupti_interval,
            command):
     """Run COMMAND under the samplers and write a run directory (sitsprof record --duration 10s -- python train.py)."""
-    from sitsprof.collectors.record import check_workload, record as do_record
+    from sitsprof.collectors.record import check_workload
+    from sitsprof.collectors.record import record as do_record
     from sitsprof.common.durations import parse_duration
 
     command = list(command)
@@ -36,20 +40,42 @@ def record(duration, parent, name, device, clock_mode, sm, memory, interval, nvm
     run, result = do_record(
         command, parse_duration(duration, positive=True) if duration else None, parent=parent, name=name,
         device_index=device, clocks=clock_mode, sm=sm, memory=memory,
-        nvml_interval_s=parse_duration(interval, positive=True), nvml_groups=nvml_groups.split(",") if nvml_groups else None,
+        nvml_interval_s=parse_duration(interval, positive=True),
+        nvml_groups=nvml_groups.split(",") if nvml_groups else None,
         gpm=gpm, cupti=cupti,
         cupti_interval_ns=int(round(parse_duration(cupti_interval, positive=True) * 1e9)),
         require=("cupti_pm",) if cupti else (),
         on_start=lambda r: click.echo(f"sitsprof: recording into {r.path}", err=True),
     )
-    for name_, stats in (run.meta.get("samplers") or {}).items():
-        click.echo(f"{name_}: {stats['samples']} samples, {stats['achieved_hz']:.1f} Hz achieved of "
+    try:
+        _print_summary(run)
+    except BrokenPipeError:  # stdout closed (`| head`): the workload's exit status still decides ours
+        _stdout_to_devnull()
+    check_workload(command, result)
+
+
+def _print_summary(run) -> None:
+    for name, stats in (run.meta.get("samplers") or {}).items():
+        click.echo(f"{name}: {stats['samples']} samples, {stats['achieved_hz']:.1f} Hz achieved of "
                    f"{stats['requested_hz']:.1f}, {stats['dropped']} dropped"
                    + (", OVERFLOW" if stats.get("overflow") else ""))
-    for name_, reason in (run.meta.get("samplers_skipped") or {}).items():
-        click.echo(f"{name_}: skipped: {reason}")
+    for name, reason in (run.meta.get("samplers_skipped") or {}).items():
+        click.echo(f"{name}: skipped: {reason}")
     click.echo(f"run directory: {run.path} ({run.status})")
-    check_workload(command, result)
+
+
+def _stdout_to_devnull() -> None:
+    """After EPIPE: what is still buffered, and the flush at exit, go nowhere instead of failing."""
+    import os
+    import sys
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 @click.command("inspect")
@@ -61,15 +87,20 @@ def inspect(run_dir: str, as_json: bool) -> None:
 
     summary = inspect_run(run_dir)
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        click.echo(jsonout.dumps(summary, indent=2))
         return
     flag = "complete" if summary["complete"] else f"INCOMPLETE (status: {summary['status']})"
+    if summary.get("damaged"):
+        flag = f"DAMAGED ({len(summary['damaged'])} unreadable: {', '.join(summary['damaged'])}; status: {summary['status']})"
     click.echo(f"{summary['path']}: {flag}")
     click.echo(f"  started {summary['started_at']}, ended {summary['ended_at'] or '-'}")
     if summary["error"]:
         click.echo(f"  error: {summary['error']}")
     for table, rows in summary["tables"].items():
-        click.echo(f"  {table}: {rows} rows")
+        click.echo(f"  {table}: {rows}" if isinstance(rows, str) else f"  {table}: {rows} rows")
+    for what, why in summary.get("damaged", {}).items():
+        if what not in summary["tables"]:
+            click.echo(f"  {what}: {why}")
 
 
 COMMANDS = [record, inspect]

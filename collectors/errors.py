@@ -23,3 +23,15 @@ class WorkloadFailed(CollectorError):
         self.exit_code = returncode if returncode > 0 else 128 - returncode
         how = f"status {returncode}" if returncode > 0 else f"signal {-returncode}"
         super().__init__(f"the recorded command {command[0]!r} exited with {how} (the run directory is complete)")
+
+
+class RunWriteError(RunDirectoryError):
+    """A run directory that can no longer be written (read-only, removed, a path under a file)."""
+
+
+class DiskFullError(RunWriteError):
+    """The run directory's file system is full (or over quota): names the path and the fix."""
+
+
+class DamagedTableError(RunDirectoryError):
+    """A table file of a run directory that cannot be read (truncated, garbage, parts that disagree)."""

@@ -2,10 +2,13 @@
 
 The child is tied to sitsprof (it gets SIGTERM if sitsprof dies, even by SIGKILL, and is
 taken down when sitsprof is interrupted), so locked clocks are never left serving a workload
-nobody is recording. The run directory, clocks and samplers come from `recording()`.
+nobody is recording. It runs in its own process group, and stopping it (on --duration or an
+interruption) stops the whole group: a shell script's children, a launcher's workers, not only
+the direct child. The run directory, clocks and samplers come from `recording()`.
 """
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -15,8 +18,12 @@ from sitsprof.collectors.errors import CollectorError, WorkloadFailed
 from sitsprof.collectors.rundir import RunDirectory
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: the workload gets SIGTERM if sitsprof dies (even by SIGKILL)."""
+def _start_child() -> None:  # pragma: no cover - runs in the child
+    """Its own process group (its pid), so the whole workload can be stopped at once; and on
+    Linux SIGTERM if sitsprof dies (even by SIGKILL)."""
+    os.setpgid(0, 0)
+    if sys.platform != "linux":
+        return
     try:
         import ctypes
 
@@ -25,14 +32,31 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         pass
 
 
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to the process group; False when no process is left in it."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member that changed user: still there
+        return True
+    return True
+
+
 def _end(child: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM, then SIGKILL if the workload has not exited within `grace_s`."""
-    child.terminate()
+    """SIGTERM to the workload's process group, then SIGKILL to whatever of it is left after
+    `grace_s` (the direct child first reaped, so its pid stays the group's until then)."""
+    pgid = child.pid
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
     try:
         child.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
+        pass
+    while _signal_group(pgid, 0) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the rest of the group, still exiting
+    _signal_group(pgid, signal.SIGKILL)
+    child.wait()
 
 
 def _run_workload(command, duration_s, grace_s: float = 5.0) -> dict:
@@ -42,7 +66,7 @@ def _run_workload(command, duration_s, grace_s: float = 5.0) -> dict:
         time.sleep(duration_s)
         return {"exit_code": None, "timed_out": False, "seconds": time.monotonic() - started}
     try:
-        child = subprocess.Popen(command, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        child = subprocess.Popen(command, preexec_fn=_start_child)
     except OSError as exc:
         raise CollectorError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
     timed_out = False
@@ -52,17 +76,17 @@ def _run_workload(command, duration_s, grace_s: float = 5.0) -> dict:
         timed_out = True
         _end(child, grace_s)
     except BaseException:
-        # interrupted (Ctrl-C, SIGTERM): take the workload down with us
-        if child.poll() is None:
-            _end(child, grace_s)
+        # interrupted (Ctrl-C, SIGTERM): take the workload down with us, its children too
+        _end(child, grace_s)
         raise
-    return {"exit_code": child.returncode, "timed_out": timed_out, "seconds": time.monotonic() - started, "pid": child.pid}
+    return {"exit_code": child.returncode, "timed_out": timed_out, "seconds": time.monotonic() - started,
+            "pid": child.pid}
 
 
 def record(command=None, duration_s: float | None = None, parent="runs", name: str | None = None,
            device_index: int = 0, clocks: str = "none", sm="max", memory=None,
            nvml_interval_s: float = 0.01, nvml_groups=None, gpm: bool = True, cupti: bool = False,
-           cupti_interval_ns: int = 10_000, flush_every_s: float = 1.0, require=(),
+           cupti_interval_ns: int = 100_000, flush_every_s: float = 1.0, require=(),
            on_start=None) -> tuple[RunDirectory, dict]:
     """`sitsprof record`: returns (run, workload result). GPM and CUPTI are skipped with the
     reason when unavailable, unless named in `require`."""

@@ -6,6 +6,12 @@ samplers stopped and flushed while the clocks are still as locked, then the cloc
 then what the restore did written to meta.json (in a `finally`, so an interrupted run says
 whether its clocks came back), and only then the run marked. Two copies of that order had
 drifted apart; `recording()` is the only one.
+
+SIGINT/SIGTERM act at once while the work runs; outside it (set-up, and the whole way down
+from stopping the samplers to marking the run) they wait and act once the run says how it
+ended, so no signal, wherever it lands, leaves a run `running`. On a full disk the teardown's
+meta.json updates stay in memory for the last meta.json (which has room kept for it), and rows
+the samplers could not write end the run `failed` with one line saying so.
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sitsprof.collectors.errors import RunWriteError
 from sitsprof.collectors.recorder import Recorder, build_samplers
 from sitsprof.collectors.rundir import RunDirectory
 
@@ -38,7 +45,7 @@ class Recording:
 @contextmanager
 def recording(parent, name: str | None, kind: str, meta: dict, device_index: int = 0, clocks: str = "none",
               sm="max", memory=None, nvml_interval_s: float = 0.01, nvml_groups=None, gpm: bool = True,
-              cupti: bool = False, cupti_interval_ns: int = 10_000, flush_every_s: float = 1.0,
+              cupti: bool = False, cupti_interval_ns: int = 100_000, flush_every_s: float = 1.0,
               optional: tuple[str, ...] = ()):
     """Record into a new run directory `parent/name` for the duration of the block; yields a `Recording`.
 
@@ -47,30 +54,44 @@ def recording(parent, name: str | None, kind: str, meta: dict, device_index: int
     `optional` that cannot start are skipped with the reason. SIGTERM and SIGHUP end the block
     like Ctrl-C does, so everything is restored and the run is marked interrupted."""
     from sitsprof.collectors.clocksync import clock_sync
-    from sitsprof.common.signals import terminate_raises
+    from sitsprof.common.signals import signals_deferred, terminate_raises
     from sitsprof.pmu.clocks import locked_clocks
-    from sitsprof.pmu.device import device_facts
+    from sitsprof.pmu.device import choose_device, device_facts
 
-    facts = device_facts(device_index)
-    run = RunDirectory.create(parent, name, meta={"kind": kind, "device": facts, **meta})
+    # device_index is CUDA's (as the probes, clock sync and CUPTI use it); NVML's may differ
+    choice = choose_device(device_index)
+    facts = {**device_facts(choice.nvml_index), "device_choice": choice.describe()}
     session = None
-    with terminate_raises(), run:
-        try:
-            with locked_clocks(device_index, sm=sm, memory=memory, mode=clocks) as session:
-                run.update_meta(clocks=session.to_dict(), clock_sync=clock_sync(device_index if cupti else None))
-                samplers = build_samplers(device_index, nvml_interval_s, gpm, cupti=cupti,
-                                          cupti_interval_ns=cupti_interval_ns, nvml_groups=nvml_groups)
-                recorder = Recorder(run, samplers, flush_every_s)
-                recorder.start(optional=optional)
-                rec = Recording(run, session, recorder)
-                try:
-                    yield rec
-                finally:
-                    run.update_meta(samplers=recorder.stop())
-        finally:
-            # after the lock is released, even on an exception and before the run is marked:
-            # what was restored, clocks after
-            if session is not None:
-                run.update_meta(clocks=session.to_dict())
-        if rec._outcome:
-            run.update_meta(**rec._outcome)
+    with terminate_raises(), signals_deferred() as deferred:
+        run = RunDirectory.create(parent, name, meta={"kind": kind, "device": facts, **meta})
+        with run:
+            try:
+                with locked_clocks(choice.nvml_index, sm=sm, memory=memory, mode=clocks) as session:
+                    run.update_meta(clocks=session.to_dict(), clock_sync=clock_sync(device_index if cupti else None))
+                    samplers = build_samplers(device_index, nvml_interval_s, gpm, cupti=cupti,
+                                              cupti_interval_ns=cupti_interval_ns, nvml_groups=nvml_groups)
+                    recorder = Recorder(run, samplers, flush_every_s)
+                    recorder.start(optional=optional)
+                    rec = Recording(run, session, recorder)
+                    try:
+                        with deferred.released():
+                            yield rec
+                    finally:
+                        _keep(run, samplers=recorder.stop())
+            finally:
+                # after the lock is released, even on an exception and before the run is marked:
+                # what was restored, clocks after
+                if session is not None:
+                    _keep(run, clocks=session.to_dict())
+            if rec._outcome:
+                _keep(run, **rec._outcome)
+            recorder.raise_if_lost()
+
+
+def _keep(run: RunDirectory, **fields) -> None:
+    """A teardown meta.json update: on a disk that fails it stays in memory for `finish()` to
+    write, and does not hide how the work ended."""
+    try:
+        run.update_meta(**fields)
+    except RunWriteError:
+        pass

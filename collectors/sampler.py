@@ -66,7 +66,7 @@ class PeriodicSampler:
         return {}
 
     # -- control ------------------------------------------------------------------------------
-    def start(self, timeout: float = 10.0) -> "PeriodicSampler":
+    def start(self, timeout: float = 10.0) -> PeriodicSampler:
         """Start the thread and wait until setup is done; re-raise a setup failure here."""
         self._thread = threading.Thread(target=self._run, name=f"sitsprof-{self.name}", daemon=True)
         self._thread.start()

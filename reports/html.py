@@ -255,10 +255,10 @@ def render_html(report: Report) -> str:
 
 def write_html(report: Report, path) -> Path:
     """Render and write atomically (temporary file, fsync, rename); returns the path."""
-    from sitsprof.common.atomic import atomic_write_text
+    from sitsprof.common.atomic import atomic_write_text, make_folder
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     atomic_write_text(path, render_html(report))
     return path
 
