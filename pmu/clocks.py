@@ -25,8 +25,21 @@ from pathlib import Path
 from sitsprof.common.signals import signals_ignored, terminate_raises
 from sitsprof.pmu.device import clock_facts, event_reason_list
 from sitsprof.pmu.errors import ClockPermissionError, ClockValueError, PmuError, UnsupportedError
-from sitsprof.pmu.lockstate import (DAMAGED, DROPPED, HELD, describe_holder, exclusive, lock_records, mark_reset,
-                                    new_record, read_entry, release, remove, state_path, take)
+from sitsprof.pmu.lockstate import (
+    DAMAGED,
+    DROPPED,
+    HELD,
+    describe_holder,
+    exclusive,
+    lock_records,
+    mark_reset,
+    new_record,
+    read_entry,
+    release,
+    remove,
+    state_path,
+    take,
+)
 from sitsprof.pmu.nvml import handle, nvml, optional, text
 
 TDP = "tdp"

@@ -56,7 +56,8 @@ _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 def state_dir() -> Path:
-    """Where clock-lock state files live: $SITSPROF_STATE_DIR, else $XDG_STATE_HOME/sitsprof, else ~/.local/state/sitsprof."""
+    """Where clock-lock state files live: $SITSPROF_STATE_DIR, else $XDG_STATE_HOME/sitsprof,
+    else ~/.local/state/sitsprof."""
     if os.environ.get(STATE_ENV):
         return Path(os.environ[STATE_ENV])
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")

@@ -53,7 +53,8 @@ def test_restore_on_exception_only_what_changed(fake_gpu):
 
 def test_permission_denied_explains_the_fix(fake_gpu, tmp_path):
     fake_gpu.state["root"] = False
-    with pytest.raises(ClockPermissionError, match=r"locking the SM clock needs root.*run as root.*--clocks none") as info:
+    needs_root = r"locking the SM clock needs root.*run as root.*--clocks none"
+    with pytest.raises(ClockPermissionError, match=needs_root) as info:
         with clocks.locked_clocks(0):
             pass
     assert info.value.exit_code == 2
