@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from sitsprof.common.atomic import atomic_write_text
+from sitsprof.common.atomic import atomic_write_text, make_folder
 
 from .errors import CalibrationError
 from .schema import validate_calibration
@@ -44,6 +44,6 @@ def write_calibration(obj: dict, path: str | os.PathLike) -> Path:
     """Validate, then write atomically (temporary file, fsync, rename)."""
     validate_calibration(obj)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
     return path

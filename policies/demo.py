@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sitsprof.common.atomic import atomic_write_text
+
 from .engine.capacity import fraction_capacities
 from .engine.results import FORMAT, FORMAT_VERSION, result_rows, rows_to_csv, trace_summary
 from .registry import get_policy
@@ -82,8 +84,8 @@ def write_results(out_dir, workload: DemoWorkload, results: Sequence) -> tuple[d
         "wall_seconds": round(time.perf_counter() - workload.started, 3),
     }
     paths = [out / "results.json", out / "results.csv", out / "workload.jsonl"]
-    paths[0].write_text(json.dumps(doc, indent=2) + "\n")
-    paths[1].write_text(rows_to_csv(rows))
+    atomic_write_text(paths[0], json.dumps(doc, indent=2) + "\n")
+    atomic_write_text(paths[1], rows_to_csv(rows))
     generator.write_mooncake_jsonl(requests, paths[2])
     return doc, paths
 

@@ -91,15 +91,15 @@ def demo_report(out_dir, policy_results: Callable[[dict], dict], document: dict 
     `policy_results(calibration)` returns the policy-results document priced on `calibration`.
     """
     from sitsprof.collectors.rundir import tool_version
+    from sitsprof.common.atomic import atomic_write_text, make_folder
 
     from .policy_report import policy_section
     from .run_report import run_sections
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_folder(out_dir)
     cal, analysis, banner = choose_calibration(out, run_dir)
     payload = policy_results(cal)
-    (out / "policy-results.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
+    atomic_write_text(out / "policy-results.json", json.dumps(payload, indent=1, default=float) + "\n")
 
     sections = []
     if document:
