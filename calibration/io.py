@@ -27,13 +27,18 @@ def load_calibration(path: str | os.PathLike | None = None) -> dict:
         path = reference_path(path or REFERENCE)
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise CalibrationError("(file)", f"cannot read: {exc.strerror or exc}", str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise CalibrationError("(file)", f"not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r}); "
+                                         "a calibration file is UTF-8 JSON", str(path)) from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CalibrationError("(file)", f"not JSON: {exc.msg} at line {exc.lineno}", str(path)) from None
+    except RecursionError:
+        raise CalibrationError("(file)", "not a calibration: JSON nested too deeply to read", str(path)) from None
     try:
         return validate_calibration(obj)
     except CalibrationError as exc:
@@ -45,5 +50,5 @@ def write_calibration(obj: dict, path: str | os.PathLike) -> Path:
     validate_calibration(obj)
     path = Path(path)
     make_folder(path.parent)
-    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+    atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
     return path

@@ -13,6 +13,23 @@ came from (measured here by the probes, or published elsewhere with citations), 
 
 ``validate_calibration`` refuses a bad file with a ``CalibrationError`` whose message starts
 with the dotted path of the offending field (``latency.hbm.quantiles.p99: ...``).
+
+Every figure must also be physically plausible (`RANGES`, documented with the reasons in
+docs/calibration.md): the cost model multiplies and divides these numbers, so a
+``hbm_read_gbs`` of 5e-324 or an ``sm_mhz`` of 1e-308 is not a fast or slow GPU but an
+overflow to infinity, and a ``--json`` document that cannot be JSON. The bounds are wide
+(a decade or more past any GPU sitsprof knows) so they catch typos and corruption, never a
+real device:
+
+- bandwidth 1 GB/s .. 100 TB/s: a PCIe Gen1 x1 link moves ~0.25 GB/s, nothing a cost model
+  prices is slower than 1 GB/s; H200 HBM3e is 4.8 TB/s and its L2 a few tens of TB/s;
+- latency 1 .. 1e6 cycles or ns: an L1 hit is ~30 cycles, a loaded TLB miss a few thousand;
+  a million cycles (0.5 ms at 2 GHz) is a preempted thread, not a memory access; histogram
+  edges may reach 1e9 (the timer wraps long before);
+- clocks: SM 100 .. 5000 MHz (Hopper idles at ~345 MHz and boosts to 1980); memory
+  100 .. 30000 MHz (HBM3e reports 3201, GDDR6X ~10500);
+- device: sm_count 1 .. 10000, l2_bytes and memory_bytes 1 byte .. 1 PiB;
+- compute: BF16 dense 0.1 .. 100000 TFLOPS (H200: 989).
 """
 from __future__ import annotations
 
@@ -28,6 +45,18 @@ QUANTILE_KEYS = ("p50", "p90", "p95", "p99", "p999")
 PROVENANCE_KINDS = ("measured", "published")
 LATENCY_UNITS = ("cycles", "ns")
 BANDWIDTH_KEYS = ("hbm_read_gbs", "hbm_write_gbs", "hbm_copy_gbs", "l2_read_gbs", "host_to_device_gbs")
+
+#: (low, high, unit) of each kind of figure; the reasons are in the module docstring.
+RANGES = {
+    "bandwidth": (1.0, 100_000.0, "GB/s"),
+    "latency": (1.0, 1e6, "cycles or ns"),
+    "histogram_edge": (0.0, 1e9, "cycles or ns"),
+    "sm_mhz": (100.0, 5000.0, "MHz"),
+    "memory_mhz": (100.0, 30_000.0, "MHz"),
+    "sm_count": (1.0, 10_000.0, "SMs"),
+    "bytes": (1.0, 2.0**50, "bytes"),
+    "tflops": (0.1, 100_000.0, "TFLOPS"),
+}
 
 
 def _fail(field: str, problem: str):
@@ -46,11 +75,26 @@ def _need(obj: dict, key: str, field: str) -> Any:
     return obj[key]
 
 
-def _number(value: Any, field: str, minimum: float = 0.0, strict: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
+
+
+def _number(value: Any, field: str, minimum: float = 0.0, strict: bool = False, kind: str | None = None) -> float:
+    """`value` as a float: a finite number above `minimum`, inside `RANGES[kind]` when given."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(field, f"must be a finite number, got {_shown(value)}")
+    if isinstance(value, int) and abs(value) > 1e300:  # float() of it would overflow
+        _fail(field, f"{_shown(value)} is out of range")
+    if not math.isfinite(value):
         _fail(field, f"must be a finite number, got {value!r}")
     if value < minimum or (strict and value == minimum):
         _fail(field, f"must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
+    if kind is not None:
+        low, high, unit = RANGES[kind]
+        if not low <= value <= high:
+            _fail(field, f"{value:g} is not a plausible {unit} figure (schema v1 takes {low:g} to {high:g}; "
+                         "see docs/calibration.md)")
     return float(value)
 
 
@@ -67,7 +111,7 @@ def _quantiles(value: Any, field: str) -> None:
     previous = None
     for key in QUANTILE_KEYS:
         if key in q:
-            v = _number(q[key], f"{field}.{key}", strict=True)
+            v = _number(q[key], f"{field}.{key}", strict=True, kind="latency")
             if previous is not None and v < previous[1]:
                 _fail(f"{field}.{key}", f"{v:g} is below {previous[0]} = {previous[1]:g}; quantiles must not decrease")
             previous = (key, v)
@@ -85,14 +129,16 @@ def _histogram(value: Any, field: str) -> None:
     if not isinstance(edges, list) or len(edges) < 2:
         _fail(f"{field}.edges", "must be a list of at least 2 bin edges")
     for i, e in enumerate(edges):
-        _number(e, f"{field}.edges[{i}]")
+        _number(e, f"{field}.edges[{i}]", kind="histogram_edge")
         if i and e <= edges[i - 1]:
             _fail(f"{field}.edges[{i}]", "bin edges must increase strictly")
     if not isinstance(counts, list) or len(counts) != len(edges) - 1:
         _fail(f"{field}.counts", f"must be a list of len(edges)-1 = {len(edges) - 1} counts")
     for i, c in enumerate(counts):
         if isinstance(c, bool) or not isinstance(c, int) or c < 0:
-            _fail(f"{field}.counts[{i}]", f"must be a non-negative integer, got {c!r}")
+            _fail(f"{field}.counts[{i}]", f"must be a non-negative integer, got {_shown(c)}")
+        if c > 2**63 - 1:
+            _fail(f"{field}.counts[{i}]", f"{_shown(c)} is beyond the 64-bit integer range")
 
 
 def _sources(provenance: dict) -> set[str]:
@@ -127,12 +173,12 @@ def validate_calibration(obj: Any) -> dict:
     _string(_need(device, "name", "device"), "device.name")
     for key in ("sm_count", "l2_bytes", "memory_bytes"):
         if key in device:
-            _number(device[key], f"device.{key}", strict=True)
+            _number(device[key], f"device.{key}", strict=True, kind="sm_count" if key == "sm_count" else "bytes")
 
     clocks = _obj(_need(obj, "clocks", ""), "clocks")
-    _number(_need(clocks, "sm_mhz", "clocks"), "clocks.sm_mhz", strict=True)
+    _number(_need(clocks, "sm_mhz", "clocks"), "clocks.sm_mhz", strict=True, kind="sm_mhz")
     if "memory_mhz" in clocks:
-        _number(clocks["memory_mhz"], "clocks.memory_mhz", strict=True)
+        _number(clocks["memory_mhz"], "clocks.memory_mhz", strict=True, kind="memory_mhz")
     if not isinstance(_need(clocks, "locked", "clocks"), bool):
         _fail("clocks.locked", "must be true or false")
 
@@ -176,7 +222,7 @@ def validate_calibration(obj: Any) -> dict:
             _fail(f"latency.{tier}", f"unknown tier; use {', '.join(TIERS)}")
 
     bandwidth = _obj(_need(obj, "bandwidth", ""), "bandwidth")
-    _number(_need(bandwidth, "hbm_read_gbs", "bandwidth"), "bandwidth.hbm_read_gbs", strict=True)
+    _number(_need(bandwidth, "hbm_read_gbs", "bandwidth"), "bandwidth.hbm_read_gbs", strict=True, kind="bandwidth")
     for key, value in bandwidth.items():
         if key == "source":
             _check_source(bandwidth, "bandwidth", kind, ids)
@@ -185,7 +231,7 @@ def validate_calibration(obj: Any) -> dict:
         elif key not in BANDWIDTH_KEYS:
             _fail(f"bandwidth.{key}", f"unknown figure; use {', '.join(BANDWIDTH_KEYS)}")
         else:
-            _number(value, f"bandwidth.{key}", strict=True)
+            _number(value, f"bandwidth.{key}", strict=True, kind="bandwidth")
 
     curves = _need(obj, "loaded_latency", "")
     if not isinstance(curves, list):
@@ -214,7 +260,8 @@ def validate_calibration(obj: Any) -> dict:
 
     if "compute" in obj:
         compute = _obj(obj["compute"], "compute")
-        _number(_need(compute, "bf16_dense_tflops", "compute"), "compute.bf16_dense_tflops", strict=True)
+        _number(_need(compute, "bf16_dense_tflops", "compute"), "compute.bf16_dense_tflops", strict=True,
+                kind="tflops")
         frac = _number(_need(compute, "achieved_fraction", "compute"), "compute.achieved_fraction", strict=True)
         if frac > 1:
             _fail("compute.achieved_fraction", f"must be at most 1, got {frac:g}")

@@ -1,9 +1,9 @@
 """`sitsprof clocks show|lock|reset`: look at, pin and restore GPU clocks."""
 from __future__ import annotations
 
-import json
-
 import click
+
+from sitsprof.common import jsonout
 
 _SPEC_HELP = "max, base (default applications clock), tdp (NVML_CLOCK_LIMIT_ID_TDP) or MHz"
 
@@ -22,7 +22,7 @@ def show(device: int, as_json: bool) -> None:
 
     facts = clock_status(device)
     if as_json:
-        click.echo(json.dumps(facts, indent=2))
+        click.echo(jsonout.dumps(facts, indent=2))
         return
     sm = facts["supported_sm_mhz"]
     click.echo(f"GPU {device}")

@@ -6,10 +6,11 @@ Heavy imports (rich, the policy engine) happen inside the functions.
 """
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 
 import click
+
+from sitsprof.common import jsonout
 
 COST_COLUMNS = ("policy", "capacity", "block hit", "TTFT P50 ms", "P95 ms", "P99 ms", "tok/s", "CTCCI", "notes")
 
@@ -34,7 +35,7 @@ def stdout_console():
 
 
 def emit_json(document) -> None:
-    click.echo(json.dumps(document, indent=2))
+    click.echo(jsonout.dumps(document, indent=2))
 
 
 @contextmanager

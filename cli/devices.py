@@ -1,9 +1,9 @@
 """`sitsprof devices`: GPU facts and what sitsprof can measure on each GPU."""
 from __future__ import annotations
 
-import json
-
 import click
+
+from sitsprof.common import jsonout
 
 
 def _mib(value) -> str:
@@ -20,7 +20,7 @@ def devices(as_json: bool, show_counters: bool, device: int | None) -> None:
 
     entries = device_entries(device)
     if as_json:
-        click.echo(json.dumps(entries, indent=2))
+        click.echo(jsonout.dumps(entries, indent=2))
         return
     from rich.console import Console
     from rich.table import Table

@@ -42,9 +42,14 @@ def serve_metrics(trace_path, policy_text, capacity_text, calibration, model_nam
     if once:
         click.echo(exposition(registry), nl=False)
         return
+    from sitsprof.common.httpserve import exposure_warning, url
+
     server, _thread = serve(registry, port=port, addr=addr)
     host, bound = server.server_address[:2]
-    click.echo(f"serving metrics of {len(results)} run(s) at http://{host}:{bound}/metrics (Ctrl-C stops)", err=True)
+    click.echo(f"serving metrics of {len(results)} run(s) at {url(host, bound)} (Ctrl-C stops)", err=True)
+    warning = exposure_warning(addr)
+    if warning:
+        click.echo(warning, err=True)
     try:
         if duration is None:
             while True:
@@ -64,8 +69,7 @@ def serve_metrics(trace_path, policy_text, capacity_text, calibration, model_nam
 def claims_cmd(mooncake_path, seed, calibration, as_json):
     """Re-run the brief's comparisons (LRU vs prefix vs semantic shard; LIRS vs LRU vs LFU) on the
     three-stack workload (capacities 1%/10%/50% of its blocks) and, if given, a Mooncake trace."""
-    import json
-
+    from sitsprof.common import jsonout
     from sitsprof.policies.claims import run_claims
     from sitsprof.policies.sweep import run_policies
 
@@ -75,7 +79,7 @@ def claims_cmd(mooncake_path, seed, calibration, as_json):
     mooncake = load_trace(mooncake_path, None, False)[0] if mooncake_path else None
     document = run_claims(seed=seed, mooncake=mooncake, calibration=calibration, sweep=sweep)
     if as_json:
-        click.echo(json.dumps(document, indent=2))
+        click.echo(jsonout.dumps(document, indent=2))
         return
     for claim in document:
         stdout_console().print(_claims_table(claim))

@@ -9,12 +9,12 @@ package imports the other and `cli/demo.py` joins them.
 """
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sitsprof.common import jsonout
 from sitsprof.common.atomic import atomic_write_text
 
 from .engine.capacity import fraction_capacities
@@ -84,7 +84,7 @@ def write_results(out_dir, workload: DemoWorkload, results: Sequence) -> tuple[d
         "wall_seconds": round(time.perf_counter() - workload.started, 3),
     }
     paths = [out / "results.json", out / "results.csv", out / "workload.jsonl"]
-    atomic_write_text(paths[0], json.dumps(doc, indent=2) + "\n")
+    atomic_write_text(paths[0], jsonout.dumps(doc, indent=2) + "\n")
     atomic_write_text(paths[1], rows_to_csv(rows))
     generator.write_mooncake_jsonl(requests, paths[2])
     return doc, paths

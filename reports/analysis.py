@@ -17,6 +17,7 @@ Parts that a run lacks are listed in `RunAnalysis.missing` rather than failing.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,8 +179,17 @@ def _quantile_row(srt: np.ndarray) -> dict:
             **{label: float(v) for label, v in zip(QLABELS, qs)}}
 
 
+def _plausible(value: Any, low: float, high: float) -> bool:
+    """A number from meta.json that is usable: finite and in [low, high] (a damaged or hand-edited
+    file may hold strings, NaN or integers beyond 64 bits, which numpy cannot take)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return (isinstance(value, int) or math.isfinite(value)) and low <= value <= high
+
+
 # -- parts ----------------------------------------------------------------------------------
 def _read(run, name: str, kind: str = "probe"):
+    """The table, None when the run has none of that name; a damaged file raises DamagedTableError."""
     if name not in run.tables(kind):
         return None
     return run.read_table(name, kind)
@@ -194,7 +204,7 @@ def ladder_tiers(res: RunAnalysis, frame, first: str = "l1"):
     table = pd.DataFrame([{"footprint_bytes": int(k), **_quantile_row(v)} for k, v in groups])
     l2 = res.device.get("l2_bytes")
     segments = detect_tiers(table["footprint_bytes"].to_numpy(), table["p50"].to_numpy(), first=first,
-                            l2_bytes=int(l2) if isinstance(l2, (int, float)) and l2 > 0 else None)
+                            l2_bytes=int(l2) if _plausible(l2, 1, 2**50) else None)
     tiers = []
     for seg in segments:
         parts = [groups[i][1] for i in range(seg.start, seg.stop)]
@@ -330,7 +340,7 @@ def sampler_times_ns(frame, meta: dict) -> np.ndarray | None:
         return frame["t_ns"].to_numpy(dtype=np.int64)
     if "gpu_start_ns" in frame.columns:
         sync = (meta.get("clock_sync") or {}).get("globaltimer") or {}
-        if sync.get("available") and isinstance(sync.get("offset_ns"), (int, float)):
+        if sync.get("available") and _plausible(sync.get("offset_ns"), -(2**62), 2**62):
             return frame["gpu_start_ns"].to_numpy(dtype=np.int64) - int(sync["offset_ns"])
     for name in COLUMNS["time"]:
         if name in frame.columns:  # already seconds since the start (older or synthetic runs)
@@ -340,8 +350,14 @@ def sampler_times_ns(frame, meta: dict) -> np.ndarray | None:
 
 def _samplers(res: RunAnalysis, run) -> None:
     frames = {}
+    from sitsprof.collectors.errors import DamagedTableError
+
     for name in run.tables("sampler"):
-        frame = run.read_table(name, "sampler")
+        try:
+            frame = run.read_table(name, "sampler")
+        except DamagedTableError as exc:  # the rest of the run is still worth reading
+            res.notes.append(f"sampler {name}: not plotted: {exc}")
+            continue
         t = sampler_times_ns(frame, res.meta) if len(frame) else None
         if t is None:
             res.notes.append(f"sampler {name}: no usable time column, not plotted")
@@ -350,7 +366,7 @@ def _samplers(res: RunAnalysis, run) -> None:
     if not frames:
         return
     origin = res.meta.get("phases_origin_ns")
-    if isinstance(origin, (int, float)):
+    if _plausible(origin, -(2**62), 2**62):
         res.phases_aligned = True
     else:
         origin = min(int(t.min()) for _, t in frames.values())
@@ -395,7 +411,7 @@ def _sm_mhz(meta: dict) -> float | None:
         node: Any = meta
         for key in path:
             node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, (int, float)) and not isinstance(node, bool) and node > 0:
+        if _plausible(node, 1, 100_000):  # MHz
             return float(node)
     return None
 
@@ -405,6 +421,7 @@ PARTS = {"latency": _ladder, "latency_cg": _ladder_cg, "tlb": _tlb, "bandwidth":
 
 def analyze_run(run_or_path) -> RunAnalysis:
     """Analyse one run directory (a path or an open `RunDirectory`)."""
+    from sitsprof.collectors.errors import DamagedTableError
     from sitsprof.collectors.rundir import open_run
 
     run = open_run(run_or_path) if isinstance(run_or_path, (str, Path)) else run_or_path
@@ -415,7 +432,11 @@ def analyze_run(run_or_path) -> RunAnalysis:
     res.phases = phases if isinstance(phases, list) else []
     # The L1-bypassing ladder first: it stands in for the default one when that is absent.
     for part, table in sorted(PROBE_TABLES.items(), key=lambda kv: kv[0] != "latency_cg"):
-        frame = _read(run, table)
+        try:
+            frame = _read(run, table)
+        except DamagedTableError as exc:  # reported as missing; the other parts are still read
+            res.missing[part] = str(exc)
+            continue
         if frame is None or len(frame) == 0:
             # A `sitsprof record` run profiles the user's command: it has no probes by design.
             if part not in OPTIONAL_PARTS and meta.get("kind") != "record":

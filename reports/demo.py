@@ -91,6 +91,7 @@ def demo_report(out_dir, policy_results: Callable[[dict], dict], document: dict 
     `policy_results(calibration)` returns the policy-results document priced on `calibration`.
     """
     from sitsprof.collectors.rundir import tool_version
+    from sitsprof.common import jsonout
     from sitsprof.common.atomic import atomic_write_text, make_folder
 
     from .policy_report import policy_section
@@ -99,7 +100,7 @@ def demo_report(out_dir, policy_results: Callable[[dict], dict], document: dict 
     out = make_folder(out_dir)
     cal, analysis, banner = choose_calibration(out, run_dir)
     payload = policy_results(cal)
-    atomic_write_text(out / "policy-results.json", json.dumps(payload, indent=1, default=float) + "\n")
+    atomic_write_text(out / "policy-results.json", jsonout.dumps(payload, indent=1, default=float) + "\n")
 
     sections = []
     if document:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -102,14 +103,62 @@ def check_results(payload: Any, where: str) -> Any:
         if payload["format"] != FORMAT:
             raise PolicyResultsError(f"{where}: format {payload['format']!r} is not {FORMAT!r}")
         version = payload.get("format_version")
-        if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+        if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
             raise PolicyResultsError(f"{where}: format_version {version!r} is not one this sitsprof reads "
                                      f"(1..{FORMAT_VERSION}); a newer sitsprof wrote it")
     rows = payload if isinstance(payload, list) else payload.get("results", [])
     if not isinstance(rows, list) or any(not isinstance(r, dict) or "policy" not in r for r in rows):
         raise PolicyResultsError(f"{where}: each policy result must be an object with at least 'policy' "
                                  "(as SimResult.to_dict writes)")
+    for i, row in enumerate(rows):
+        problem = _row_problem(row)
+        if problem is not None:
+            raise PolicyResultsError(f"{where}: results[{i}]: {problem} (as SimResult.to_dict writes)")
+    if isinstance(payload, dict):
+        for key in ("decisions", "timeline"):
+            timeline = payload.get(key)
+            if timeline is not None and (not isinstance(timeline, list)
+                                         or any(not isinstance(w, dict) for w in timeline)):
+                raise PolicyResultsError(f"{where}: {key} must be a list of objects, one per controller window")
+            for j, window in enumerate(timeline or ()):
+                for name, value in window.items():
+                    if isinstance(value, float) and not math.isfinite(value):
+                        raise PolicyResultsError(f"{where}: {key}[{j}].{name} is {value!r}, not a finite number")
     return payload
+
+
+#: Row fields the report plots or tabulates, and what each must be when present.
+_COUNTS = ("capacity", "references", "hits", "evictions", "max_resident", "requests")
+_RATIOS = ("block_hit_ratio", "token_hit_ratio", "prefix_hit_ratio")
+_FIGURES = ("seconds", "p50_ms", "p99_ms", "tokens_per_s")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _row_problem(row: dict) -> str | None:
+    """What is wrong with one result row for rendering, or None."""
+    policy = row["policy"]
+    if not isinstance(policy, str) or not policy.strip():
+        return f"policy must be a policy name, got {str(policy)[:40]!r}"
+    extra = row.get("extra")
+    if extra is not None and not isinstance(extra, dict):
+        return f"extra must be an object, got {type(extra).__name__}"
+    for name in _COUNTS:
+        value = row.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63):
+            return f"{name} must be a count (an integer >= 0), got {str(value)[:40]!r}"
+    for name in _RATIOS:
+        value = row.get(name)
+        if value is not None and (not _is_number(value) or not 0 <= value <= 1):
+            return f"{name} must be a ratio in [0, 1], got {str(value)[:40]!r}"
+    for source in (row, extra or {}):
+        for name in _FIGURES:
+            value = source.get(name)
+            if value is not None and (not _is_number(value) or not math.isfinite(value) or value < 0):
+                return f"{name} must be a finite number >= 0, got {str(value)[:40]!r}"
+    return None
 
 
 def read_results(path: str | Path) -> Any:
@@ -121,4 +170,6 @@ def read_results(path: str | Path) -> Any:
         raise PolicyResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise PolicyResultsError(f"{path}: not JSON ({exc})") from None
+    except RecursionError:
+        raise PolicyResultsError(f"{path}: not a policy results file (JSON nested too deeply to read)") from None
     return check_results(payload, str(path))

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from sitsprof.common.atomic import atomic_write
+
 from ..errors import TraceFormatError
 from .ids import INT32_MAX, trace_from_ids
-from .lines import INT64_MAX, INT64_MIN, BadLines, with_skips
+from .lines import INT64_MAX, INT64_MIN, BadLines, shown, with_skips
 from .trace import Trace
 
 _CSV_NAMES = {
@@ -163,25 +165,25 @@ def _read_csv_lines(path: Path, skip_bad_lines: bool) -> Trace:
             try:
                 ts = float(row["timestamp"])
             except ValueError:
-                bad.bad(lineno, f"timestamp {row['timestamp']!r} is not a number")
+                bad.bad(lineno, f"timestamp {shown(row['timestamp'])} is not a number")
                 continue
             if not math.isfinite(ts) or ts < 0:
-                bad.bad(lineno, f"timestamp {row['timestamp']!r} must be a finite number >= 0")
+                bad.bad(lineno, f"timestamp {shown(row['timestamp'])} must be a finite number >= 0")
                 continue
             try:
                 obj = int(row["obj_id"])
             except ValueError:
-                bad.bad(lineno, f"obj_id {row['obj_id']!r} is not an integer")
+                bad.bad(lineno, f"obj_id {shown(row['obj_id'])} is not an integer")
                 continue
             if not INT64_MIN <= obj <= INT64_MAX:
-                bad.bad(lineno, f"obj_id {obj} is outside the 64-bit integer range")
+                bad.bad(lineno, f"obj_id {shown(obj)} is outside the 64-bit integer range")
                 continue
             size = 1
             if "size" in row:
                 try:
                     size = int(row["size"])
                 except ValueError:
-                    bad.bad(lineno, f"size {row['size']!r} is not an integer")
+                    bad.bad(lineno, f"size {shown(row['size'])} is not an integer")
                     continue
                 if size < 0:
                     bad.bad(lineno, f"negative size {size}")
@@ -214,8 +216,12 @@ def write_csv(path, trace: Trace) -> Path:
     path = Path(path)
     names = np.asarray(list(trace.tenant_names) + [""], dtype=object)
     tenant = names[np.where(trace.tenant >= 0, trace.tenant, len(names) - 1)]
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write("timestamp,obj_id,size,tenant\n")
-        for row in zip(trace.time.tolist(), trace.original_id.tolist(), trace.tokens.tolist(), tenant):
-            handle.write(f"{row[0]!r},{row[1]},{row[2]},{row[3]}\n")
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write("timestamp,obj_id,size,tenant\n")
+            for row in zip(trace.time.tolist(), trace.original_id.tolist(), trace.tokens.tolist(), tenant):
+                handle.write(f"{row[0]!r},{row[1]},{row[2]},{row[3]}\n")
+
+    atomic_write(path, write)  # an interrupted write leaves the old file whole
     return path

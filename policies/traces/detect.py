@@ -63,7 +63,7 @@ def _sniff_jsonl(path: Path) -> str:
             if raw.strip():
                 try:
                     first = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):
                     return "mooncake"  # the reader reports the bad line
                 return "requests" if isinstance(first, dict) and "model_stack" in first else "mooncake"
     return "mooncake"

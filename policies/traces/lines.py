@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 from ..errors import TraceFormatError
@@ -54,6 +55,36 @@ def is_int(value) -> bool:
     return type(value) is int  # bool is a subclass of int and is not a count
 
 
+def shown(value) -> str:
+    """`repr(value)` cut to fit in a one-line message (a 400-digit integer is not read by anyone)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
+
+
+def count_problem(name: str, value, kind: str = "an integer") -> str | None:
+    """Why `value` is not a usable count (a non-negative int64), or None."""
+    if not is_int(value):
+        return f"{name} must be {kind}, got {shown(value)}"
+    if value < 0:
+        return f"negative size: {name} is {shown(value)}"
+    if value > INT64_MAX:
+        return f"{name} {shown(value)} is beyond the 64-bit integer range"
+    return None
+
+
+def millis_problem(name: str, value) -> str | None:
+    """Why `value` is not a usable time in milliseconds (a finite number in [0, 2**63)), or None.
+
+    Integers beyond 64 bits would overflow the float64/int64 columns a trace is held in."""
+    if not (is_int(value) or (type(value) is float and math.isfinite(value))):
+        return f"{name} must be a number of milliseconds, got {shown(value)}"
+    if value < 0:
+        return f"negative {name} {shown(value)}"
+    if value > INT64_MAX:
+        return f"{name} {shown(value)} is beyond the 64-bit range of a time in milliseconds"
+    return None
+
+
 def hash_ids_problem(ids) -> str | None:
     """Why a `hash_ids` field is unusable, or None when it is a non-empty list of int64 ids."""
     if not isinstance(ids, list):
@@ -62,7 +93,7 @@ def hash_ids_problem(ids) -> str | None:
         return "hash_ids is empty (a request needs at least one block)"
     if not all(type(h) is int for h in ids):
         bad = next(h for h in ids if type(h) is not int)
-        return f"hash_ids holds a non-integer id {bad!r}"
+        return f"hash_ids holds a non-integer id {shown(bad)}"
     if min(ids) < INT64_MIN or max(ids) > INT64_MAX:
         return "hash_ids holds an id outside the 64-bit integer range"
     return None
@@ -80,6 +111,9 @@ def jsonl_rows(path: Path, bad: BadLines, problem_of):
             except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
                 detail = getattr(exc, "msg", None) or type(exc).__name__
                 bad.bad(lineno, f"not valid JSON ({detail})")
+                continue
+            except RecursionError:  # arrays or objects nested thousands deep
+                bad.bad(lineno, "not valid JSON (nested too deeply to read)")
                 continue
             problem = problem_of(row)
             if problem is not None:

@@ -8,11 +8,10 @@ its references, in order. Every block carries 512 tokens except the last, which 
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from .ids import trace_from_requests
-from .lines import BadLines, hash_ids_problem, is_int, jsonl_rows, with_skips
+from .lines import BadLines, count_problem, hash_ids_problem, jsonl_rows, millis_problem, with_skips
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
 _MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -25,17 +24,11 @@ def _mooncake_problem(row) -> str | None:
     for name in _MOONCAKE_FIELDS:
         if name not in row:
             return f"missing field {name!r}"
-    ts = row["timestamp"]
-    if not (is_int(ts) or type(ts) is float) or not math.isfinite(ts):
-        return f"timestamp must be a number of milliseconds, got {ts!r}"
-    if ts < 0:
-        return f"negative timestamp {ts!r}"
+    problem = millis_problem("timestamp", row["timestamp"])
     for name in ("input_length", "output_length"):
-        value = row[name]
-        if not is_int(value):
-            return f"{name} must be an integer token count, got {value!r}"
-        if value < 0:
-            return f"negative size: {name} is {value}"
+        problem = problem or count_problem(name, row[name], "an integer token count")
+    if problem is not None:
+        return problem
     return hash_ids_problem(row["hash_ids"])
 
 

@@ -7,13 +7,12 @@ whose first object has `model_stack` is read as this format (`detect.py`).
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 
 from .ids import trace_from_requests
-from .lines import BadLines, hash_ids_problem, is_int, jsonl_rows, with_skips
+from .lines import BadLines, count_problem, hash_ids_problem, jsonl_rows, millis_problem, shown, with_skips
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
 _REQUEST_HASH_FIX = (
@@ -31,15 +30,12 @@ def _request_problem(row) -> str | None:
     if "hash_ids" not in row:
         return f"missing field 'hash_ids' ({_REQUEST_HASH_FIX})"
     if not isinstance(row["model_stack"], str) or not row["model_stack"]:
-        return f"model_stack must be a non-empty string, got {row['model_stack']!r}"
+        return f"model_stack must be a non-empty string, got {shown(row['model_stack'])}"
     for name in ("input_tokens", "max_new_tokens", "output_tokens", "arrival_ms"):
-        if name not in row:
-            continue
-        value = row[name]
-        if not (is_int(value) or (name == "arrival_ms" and type(value) is float and math.isfinite(value))):
-            return f"{name} must be an integer, got {value!r}"
-        if value < 0:
-            return f"negative size: {name} is {value}"
+        if name in row:
+            problem = (millis_problem if name == "arrival_ms" else count_problem)(name, row[name])
+            if problem is not None:
+                return problem
     return hash_ids_problem(row["hash_ids"])
 
 
