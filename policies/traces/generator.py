@@ -50,6 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sitsprof.common.atomic import atomic_write
+
 from ..errors import TraceFormatError
 from .ids import dense_ids, trace_from_requests
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
@@ -265,11 +267,17 @@ def generate_workload(seed: int = 0, duration_s: float = 1800.0, scale: float = 
 
 
 def _write_jsonl(path, records) -> Path:
+    """Write one JSON object a line, atomically: an interrupted write leaves the old file whole
+    (a shorter trace that still reads would otherwise pass for the real one)."""
     path = Path(path)
-    with open(path, "w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, separators=(", ", ": ")))
-            handle.write("\n")
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(record, separators=(", ", ": ")))
+                handle.write("\n")
+
+    atomic_write(path, write)
     return path
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sitsprof.common.atomic import atomic_write
+
 from ..errors import TraceFormatError
 from .ids import INT32_MAX, constant_column, dense_ids, trace_from_ids
 from .lines import BadLines, with_skips
@@ -121,13 +123,17 @@ def write_oracle_general(path, obj_ids, timestamps=None, sizes=None, chunk: int 
             raise TraceFormatError(path, f"{name} must be integers in [0, 2**32)")
         columns[name] = arr
     nxt = next_access_vtime(ids)
-    with open(path, "wb") as handle:
-        for lo in range(0, n, chunk):
-            hi = min(n, lo + chunk)
-            rec = np.empty(hi - lo, dtype=ORACLE_DTYPE)
-            rec["timestamp"] = columns["timestamp"][lo:hi]
-            rec["obj_id"] = ids[lo:hi].view(np.uint64) if ids.dtype.kind == "i" else ids[lo:hi]
-            rec["obj_size"] = columns["obj_size"][lo:hi]
-            rec["next_access_vtime"] = nxt[lo:hi]
-            rec.tofile(handle)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as handle:
+            for lo in range(0, n, chunk):
+                hi = min(n, lo + chunk)
+                rec = np.empty(hi - lo, dtype=ORACLE_DTYPE)
+                rec["timestamp"] = columns["timestamp"][lo:hi]
+                rec["obj_id"] = ids[lo:hi].view(np.uint64) if ids.dtype.kind == "i" else ids[lo:hi]
+                rec["obj_size"] = columns["obj_size"][lo:hi]
+                rec["next_access_vtime"] = nxt[lo:hi]
+                rec.tofile(handle)
+
+    atomic_write(path, write)  # an interrupted write leaves the old file whole
     return path
