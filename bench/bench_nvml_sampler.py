@@ -26,7 +26,8 @@ def run(intervals_ms, seconds: float, groups) -> list[dict]:
         stats = sampler.stats()
         reads = sampler.drain().get("read_ns", [])
         stats["read_us_median"] = sorted(reads)[len(reads) // 2] / 1e3 if reads else None
-        stats["cpu_pct_per_100hz"] = stats["cpu_pct_of_core"] / (stats["achieved_hz"] / 100.0) if stats["achieved_hz"] else None
+        stats["cpu_pct_per_100hz"] = (stats["cpu_pct_of_core"] / (stats["achieved_hz"] / 100.0)
+                                      if stats["achieved_hz"] else None)
         results.append(stats)
     return results
 
@@ -70,7 +71,8 @@ def main(argv=None) -> int:
     costs = group_costs(args.groups.split(","))
     results = run([float(x) for x in args.intervals.split(",")], args.seconds, args.groups.split(","))
     if args.json:
-        print(json.dumps({"device": facts["name"], "fake": args.fake, "group_read_us": costs, "results": results}, indent=2))
+        print(json.dumps({"device": facts["name"], "fake": args.fake, "group_read_us": costs, "results": results},
+                         indent=2))
         return 0
     print(f"NVML sampler on {facts['name']}{' (fake NVML)' if args.fake else ''}")
     print("median read per group: " + ", ".join(

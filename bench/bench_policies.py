@@ -55,8 +55,8 @@ def _rss_mb() -> float:
 
 def warm_jit(policies: list[str]) -> None:
     """Compile (or load from numba's cache) every kernel and helper we are about to time."""
-    from sitsprof.policies.sweep import simulate
     from sitsprof.policies.engine.mrc import lru_hit_ratio_curve
+    from sitsprof.policies.sweep import simulate
 
     tiny = np.array([1, 2, 3, 1, 2, 4, 5, 1], dtype=np.int64)
     for name in policies:
@@ -97,8 +97,8 @@ def measure_memory(oracle: Path, policies: list[str], capacity: int, points: int
     (Not getrusage's ru_maxrss: Linux carries it over execve, so a child forked from this
     bench would report the parent's size.)"""
     with _PeakRss() as warming:
-        from sitsprof.policies.sweep import simulate
         from sitsprof.policies.engine.mrc import curve_capacities, lru_hit_ratio_curve
+        from sitsprof.policies.sweep import simulate
         from sitsprof.policies.traces.detect import read_trace
 
         warm_jit(policies)
@@ -127,10 +127,10 @@ def trace_nbytes(trace) -> int:
 
 
 def run(args) -> dict:
-    from sitsprof.policies.sweep import simulate
     from sitsprof.policies.engine.mrc import curve_capacities, lru_hit_ratio_curve
-    from sitsprof.policies.traces.detect import read_trace
     from sitsprof.policies.registry import policy_names
+    from sitsprof.policies.sweep import simulate
+    from sitsprof.policies.traces.detect import read_trace
 
     policies = [p for p in (args.policies.split(",") if args.policies else policy_names())]
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="sitsprof-bench-"))

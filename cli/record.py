@@ -91,7 +91,8 @@ def inspect(run_dir: str, as_json: bool) -> None:
         return
     flag = "complete" if summary["complete"] else f"INCOMPLETE (status: {summary['status']})"
     if summary.get("damaged"):
-        flag = f"DAMAGED ({len(summary['damaged'])} unreadable: {', '.join(summary['damaged'])}; status: {summary['status']})"
+        flag = (f"DAMAGED ({len(summary['damaged'])} unreadable: {', '.join(summary['damaged'])}; "
+                f"status: {summary['status']})")
     click.echo(f"{summary['path']}: {flag}")
     click.echo(f"  started {summary['started_at']}, ended {summary['ended_at'] or '-'}")
     if summary["error"]:

@@ -42,7 +42,7 @@ def _globaltimer_offset(device_index: int, trials: int = 7) -> dict:
         return {"available": False, "reason": f"{type(exc).__name__}: {exc}"}
     t0, t1, gpu = best
     return {"available": True, "offset_ns": gpu - (t0 + t1) // 2, "uncertainty_ns": (t1 - t0) // 2,
-            "method": "%globaltimer kernel, shortest of %d launches" % trials}
+            "method": f"%globaltimer kernel, shortest of {trials} launches"}
 
 
 def clock_sync(device_index: int | None = 0) -> dict:

@@ -27,7 +27,8 @@ def gpm_support(index: int = 0) -> tuple[bool, str]:
     try:
         support = pynvml.nvmlGpmQueryDeviceSupport(h)
     except pynvml.NVMLError_FunctionNotFound:
-        return False, "this NVIDIA driver has no GPM (nvmlGpmQueryDeviceSupport is missing; GPM needs driver 520 or newer)"
+        return False, ("this NVIDIA driver has no GPM (nvmlGpmQueryDeviceSupport is missing; "
+                       "GPM needs driver 520 or newer)")
     except pynvml.NVMLError_NotSupported:
         return False, "GPM is not supported on this GPU (it needs Hopper or newer)"
     except pynvml.NVMLError as exc:
@@ -67,7 +68,7 @@ class GpmReader:
             self.min_gap_s = gap if self.min_gap_s is None else min(self.min_gap_s, gap)
         self._last_sample = now
 
-    def open(self) -> "GpmReader":
+    def open(self) -> GpmReader:
         p = self.pynvml
         self._previous = p.nvmlGpmSampleAlloc()
         self._current = p.nvmlGpmSampleAlloc()

@@ -6,7 +6,7 @@ fleet of near-identical nodes does not flag noise (`fleet_outliers`).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

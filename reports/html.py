@@ -15,10 +15,11 @@ import datetime as _dt
 import html as _html
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 

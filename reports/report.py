@@ -8,8 +8,9 @@ follow for up to `detail_limit` runs (outliers first); the policy engine's resul
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from sitsprof.policies.engine.results import read_results
 

@@ -70,20 +70,23 @@ def ladder_figures(run: RunAnalysis) -> list[Figure]:
         shapes, notes = [], []
         for i, t in enumerate(run.tiers):
             shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": t.footprint_lo, "x1": t.footprint_hi,
-                           "y0": 0, "y1": 1, "fillcolor": PALETTE[i % len(PALETTE)], "opacity": 0.08, "line": {"width": 0}})
+                           "y0": 0, "y1": 1, "fillcolor": PALETTE[i % len(PALETTE)], "opacity": 0.08,
+                           "line": {"width": 0}})
             notes.append({"x": math.log10(math.sqrt(t.footprint_lo * t.footprint_hi)), "xref": "x", "yref": "paper",
                           "y": 1.0, "yanchor": "bottom", "showarrow": False,
                           "text": plot_text(t.label)})
         layout = axis_titles("footprint", "latency (cycles)", xaxis=bytes_axis(fp))
         layout.update(shapes=shapes, annotations=notes)
         figs.append(Figure("Latency ladder", data, layout,
-                           caption="Quantiles per footprint; shaded spans are the tiers found by change-point detection."))
+                           caption="Quantiles per footprint; shaded spans are the tiers found by change-point "
+                                   "detection."))
     if run.tiers:
         cdf = [{"type": "scatter", "mode": "lines", "name": plot_text(t.label),
                 "x": t.dist.cdf_x, "y": t.dist.cdf_p} for t in run.tiers]
         figs.append(Figure("CDF per tier", cdf, axis_titles("latency (cycles)", "fraction of accesses",
                                                               xaxis={"type": "log"}),
-                           caption="Downsampled to a few hundred exact order statistics; the tail keeps its own points."))
+                           caption="Downsampled to a few hundred exact order statistics; the tail keeps its own "
+                                   "points."))
         hist = []
         for t in run.tiers:
             edges, counts = t.dist.hist_edges, t.dist.hist_counts

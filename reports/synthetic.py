@@ -77,7 +77,7 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
             m, s = _ladder_latency(float(f))
             sel = fp == f
             med[sel], spread[sel] = m, s
-        for variant, l1_extra in (("ca", 0.0), ("cg", 1.0)):
+        for variant in ("ca", "cg"):
             base = med.copy()
             if variant == "cg":  # L1-bypassing: the L1 footprints are served by L2
                 base[fp <= LEVELS[0][0]] = LEVELS[1][1]
@@ -119,7 +119,8 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
             hbm = queueing_curve(frac, 648.0, 38.0, 0.97) * slowdown
             l2 = 282.0 * slowdown
             retouch_extra = queueing_curve(frac, 0.0, 6.0, 0.97) + 45.0 * frac
-            for access, centre, spread in (("hbm", hbm, 20.0 + 30 * frac), ("retouch", l2 + retouch_extra, 6.0 + 20 * frac)):
+            for access, centre, spread in (("hbm", hbm, 20.0 + 30 * frac),
+                                           ("retouch", l2 + retouch_extra, 6.0 + 20 * frac)):
                 vals = centre + rng.gamma(2.0, spread / 2.0, per) - spread
                 frame = chase_table(np.full(per, 64 * MIB if access == "hbm" else 8 * MIB, dtype=np.int64),
                                     vals, "cg")
@@ -159,7 +160,7 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
 
 def make_fleet(parent, hosts: list[str], samples: int = 100_000, outlier: str | None = None):
     """One synthetic run per host (named by hostname, as `examples/slurm` does); one may be slow."""
-    return [make_synthetic_run(parent, name=re.sub(r"[^A-Za-z0-9._-]", "-", h).lstrip("-._") or f"node{i}", seed=i, samples=samples, host=h,
-                               slowdown=1.12 if h == outlier else 1.0)
+    return [make_synthetic_run(parent, name=re.sub(r"[^A-Za-z0-9._-]", "-", h).lstrip("-._") or f"node{i}", seed=i,
+                               samples=samples, host=h, slowdown=1.12 if h == outlier else 1.0)
             for i, h in enumerate(hosts)]
 

@@ -13,8 +13,8 @@ advance; names come from the order of the plateaus (and from the L2 size when it
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import numpy as np
 

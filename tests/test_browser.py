@@ -186,7 +186,8 @@ class Chromium:
 PLOT_STATE_JS = """
 Array.from(document.querySelectorAll('div.plot')).map(function (el) {
   var svg = el.querySelectorAll('svg.main-svg');
-  var marks = el.querySelectorAll('.scatterlayer .trace path, .barlayer .point path, .heatmaplayer image, path.js-line');
+  var marks = el.querySelectorAll(
+    '.scatterlayer .trace path, .barlayer .point path, .heatmaplayer image, path.js-line');
   var canvas = Array.from(el.querySelectorAll('canvas')).filter(function (c) { return c.width > 0 && c.height > 0; });
   var box = el.getBoundingClientRect();
   return {id: el.id, rendered: el.getAttribute('data-rendered') === '1', svgs: svg.length,

@@ -213,7 +213,8 @@ def test_injected_enospc_then_space_back_completes(fake_gpu, tmp_path, disk):
     back = open_run(tmp_path / "r")
     assert disk.refused > 1 and back.complete
     assert sum(back.meta["sampler_rows_lost"].values()) == 0 and back.meta["sampler_write_errors"]
-    assert _rows_on_disk(back) == back.meta["samplers"]["nvml"]["samples"] == back.meta["tables"]["samplers"]["nvml"]["rows"]
+    rows = back.meta["tables"]["samplers"]["nvml"]["rows"]
+    assert _rows_on_disk(back) == back.meta["samplers"]["nvml"]["samples"] == rows
 
 
 def test_injected_enospc_at_create_leaves_no_directory(tmp_path, monkeypatch):

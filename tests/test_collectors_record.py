@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import sys
 
-import pytest
 import fake_nvml
+import pytest
 
 from sitsprof.cli.main import main
 from sitsprof.collectors.errors import CollectorError

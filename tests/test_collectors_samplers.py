@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import time
 
-import pytest
 import fake_nvml
+import pytest
 
 from sitsprof.collectors.errors import SamplerError
 from sitsprof.collectors.gpm_sampler import GpmSampler

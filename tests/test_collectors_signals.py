@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import fake_nvml
+import pytest
 
 from sitsprof.collectors.rundir import open_run
 

@@ -1,8 +1,8 @@
 """Device facts through the real pynvml wrappers over the fake NVML; missing driver/library."""
 from __future__ import annotations
 
-import pytest
 import fake_nvml
+import pytest
 
 from sitsprof.pmu.device import device_facts, event_reason_names
 from sitsprof.pmu.errors import NoGpuError, PmuError

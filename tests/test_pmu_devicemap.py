@@ -9,9 +9,8 @@ import sys
 import time
 import types
 
-import pytest
-
 import fake_nvml
+import pytest
 
 
 def _cupy_seeing(bus_ids: list[str]):

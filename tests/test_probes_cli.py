@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from sitsprof.cli.main import main
-from sitsprof.pmu.errors import NoGpuError
-from sitsprof.probes import tables as A
-from sitsprof.probes import gpu
 from sitsprof.common.sizes import GiB, MiB
+from sitsprof.pmu.errors import NoGpuError
+from sitsprof.probes import gpu
+from sitsprof.probes import tables as A
 from sitsprof.probes.plan import DeviceLimits
 from sitsprof.probes.suite import make_suite, run_suite
 
@@ -135,8 +135,8 @@ class FakeProbes:
                                             achieved_gbs=4000 * frac, bandwidth_fraction=frac, probe_sm=0,
                                             saturator_blocks=524 * (level > 0), blocks_left_probe_sm=4 * (level > 0),
                                             footprint_bytes=64 * 1024))
-        cal = pd.DataFrame({"saturator": "read", "throttle_ns": [0, 100], "achieved_gbs": [4000.0, 3000.0], "blocks": 528,
-                            "threads": 512})
+        cal = pd.DataFrame({"saturator": "read", "throttle_ns": [0, 100], "achieved_gbs": [4000.0, 3000.0],
+                            "blocks": 528, "threads": 512})
         return {"loaded": pd.concat(frames, ignore_index=True),
                 "loaded_calibration": cal, "peak_gbs": 4000.0}
 
@@ -160,7 +160,8 @@ def test_suite_writes_every_documented_table_with_its_columns(tmp_path):
     steps = {}
     with RunDirectory.create(tmp_path, "probe-run") as run:
         facts = run_suite(run, plan, probes=FakeProbes(H100),
-                          progress=lambda part, n, total: steps.__setitem__(part, (steps.get(part, (0, 0))[0] + n, total)))
+                          progress=lambda part, n, total: steps.__setitem__(
+                              part, (steps.get(part, (0, 0))[0] + n, total)))
         run.finish("complete")
     assert facts["saturator_peak_gbs"] == 4000.0
     back = open_run(tmp_path / "probe-run")

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sitsprof.common.sizes import KiB, MiB
 from sitsprof.probes import tables as A
 from sitsprof.probes.errors import ProbeError
-from sitsprof.common.sizes import KiB, MiB
 
 MHZ = 1980.0
 

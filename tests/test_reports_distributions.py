@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from sitsprof.reports.distributions import (
-    QUANTILES, cdf_points, downsample_series, histogram, quantile_label, quantiles, summarize,
+    QUANTILES,
+    cdf_points,
+    downsample_series,
+    histogram,
+    quantile_label,
+    quantiles,
+    summarize,
 )
 
 

@@ -6,7 +6,15 @@ import re
 import numpy as np
 
 from sitsprof.reports.html import (
-    Figure, Report, Section, Table, format_value, html_safe_json, line_traces, plot_text, render_html,
+    Figure,
+    Report,
+    Section,
+    Table,
+    format_value,
+    html_safe_json,
+    line_traces,
+    plot_text,
+    render_html,
 )
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
