@@ -28,8 +28,8 @@ KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 # One kernel family per file, and the entry points each defines.
 KERNEL_FILES: dict[str, tuple[str, ...]] = {
     "chase": ("chase_init", "chase_cg", "chase_ca", "timer_overhead", "sm_clock_rate"),
-    "bandwidth": ("bw_read", "bw_write", "bw_copy"),
-    "loaded": ("loaded_chase", "saturator_read", "saturator_copy"),
+    "bandwidth": ("bw_read", "bw_write", "bw_copy", "fill_random"),
+    "loaded": ("loaded_chase", "retouch_probe", "saturator_read", "saturator_copy"),
 }
 # No -std: C++17 is the default of nvcc and NVRTC 13, and CuPy may add its own -std.
 NVCC_OPTIONS = ("-lineinfo",)

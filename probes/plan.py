@@ -23,11 +23,24 @@ MAX_BLOCKS_PER_SM = 32    # compute capability 7.0 .. 9.0
 TLB_SKEW = 17 * LINE_BYTES
 #: Device memory left alone for the CUDA context, CuPy's pool and other tenants.
 RESERVE_BYTES = 512 * MiB
+#: Shared-memory allocation granularity per block (the CUDA occupancy calculator's 128 B on sm_80+).
+SMEM_GRANULE = 128
+#: Static shared memory of the saturator kernels (two words; the compiled size is used on the GPU).
+SATURATOR_STATIC_SMEM = 16
+#: Default re-touch intervals (ns), each run `interval_reps` times per level (docs/replacement-delay.md).
+RETOUCH_INTERVALS_NS = (0, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000)
 
 
 def stream_unroll() -> int:
     """Vectors in flight per thread (kernels/common.cuh), read from the kernel text on first use."""
     return kernel_constants()["STREAM_UNROLL"]
+
+
+def probe_static_smem() -> int:
+    """Static shared memory of the largest probe kernel (kernels/loaded.cu:retouch_probe: two stamp
+    arrays of 2 x CHASE_CHUNK words, and a sink word each), from the kernel text. On the GPU the
+    compiled size (the kernels' `shared_size_bytes` attribute) replaces this estimate."""
+    return 2 * (2 * kernel_constants()["CHASE_CHUNK"] * 4 + 4)
 
 
 def claim_steps() -> int:
@@ -61,6 +74,11 @@ class DeviceLimits:
     l2_bytes: int | None = None
     memory_bytes: int = 0
     free_bytes: int = 0
+    #: cudaDeviceProp sharedMemPerMultiprocessor, sharedMemPerBlockOptin, reservedSharedMemPerBlock
+    #: (None when unknown: the saturator's shared memory is then not sized)
+    shared_per_sm: int | None = None
+    shared_per_block_optin: int | None = None
+    reserved_shared_per_block: int = 0
 
     @property
     def is_hopper(self) -> bool:
@@ -260,39 +278,58 @@ class BandwidthPlan:
 
 @dataclass
 class LoadedPlan:
-    """Loaded latency: a one-thread chase on one SM against a saturator on the others.
+    """Loaded latency: one-thread probes on one SM against a saturator on the others.
 
-    Level 0 runs the probe alone; levels 1.. run the saturator with the throttle chosen (by a
+    Level 0 runs the probes alone; levels 1.. run the saturator with the throttle chosen (by a
     short calibration of the saturator alone) to inject `targets` x its unthrottled bandwidth.
+    Per level: the HBM chase (miss reference) and the re-touch probe (hot-set hits, and lines
+    re-touched after each of `intervals_ns`); docs/replacement-delay.md. Every level's probes
+    run on the SM the level-0 probe ran on.
     """
 
     hbm_footprint: int            # chase (a): far beyond the L2, every access misses to HBM
-    retouch_bytes: int            # chase (b): L2-resident set the saturator's traffic evicts
+    retouch_bytes: int            # re-touch ring: each round takes fresh lines from it
     saturator_bytes: int          # streamed by the saturator, several times the L2
     targets: list[float] = field(default_factory=lambda: [i / 8 for i in range(1, 9)])
     samples: int = 4096
-    # 3 x 512 threads per SM: every SM keeps room for the probe's block, so the probe is placed
-    # whichever kernel the GPU dispatches first (kernels/loaded.cu)
+    # 3 x 512 threads per SM; the saturator's shared memory (saturator_shared_bytes) keeps a
+    # fourth block off every SM and leaves room for the probe's block (kernels/loaded.cu)
     saturator: StreamConfig = field(default_factory=lambda: StreamConfig(active_sms=0, blocks_per_sm=3))
     calibration_sleeps_ns: list[int] = field(
         default_factory=lambda: [0, 100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 51200])
     calibration_ns: int = 20_000_000
     settle_ns: int = 200_000
     max_ns: int = 2_000_000_000   # saturator stops by itself after this, whatever happens
-    retouch_gap_ns: int = 0
     saturator_kind: str = "read"  # "read" (saturator_read) or "copy" (saturator_copy: reads + writes)
     seed: int = 0
+    hot_bytes: int = 16 * LINE_BYTES      # the hot set: small enough to stay L2-resident under load
+    hot_samples: int = 4096
+    retouch_lines: int = 32               # lines primed and re-touched per round
+    intervals_ns: tuple[int, ...] = RETOUCH_INTERVALS_NS
+    interval_reps: int = 6
+    probe_shared_bytes: int = 0           # static shared memory of the probe kernels (0: from the kernel text)
+    probe_blocks_per_sm: int = 2          # probe grid = this x SMs one-thread blocks; one claims the target SM
+    placement_retries: int = 1            # a chase whose window is not inside the saturator's is rerun
 
     @property
     def levels(self) -> int:
         return 1 + len(self.targets)
 
     @property
+    def round_intervals(self) -> list[int]:
+        """The interval of each re-touch round: every interval once, `interval_reps` times over."""
+        return [int(t) for _ in range(self.interval_reps) for t in self.intervals_ns]
+
+    @property
+    def retouch_samples(self) -> int:
+        return len(self.round_intervals) * self.retouch_lines
+
+    @property
     def need_bytes(self) -> int:
         lines = self.hbm_footprint // LINE_BYTES
         copies = 2 if self.saturator_kind == "copy" else 1
-        return (self.hbm_footprint + self.retouch_bytes + copies * self.saturator_bytes + ring_bytes(lines)
-                + 8 * self.samples)
+        return (self.hbm_footprint + self.retouch_bytes + self.hot_bytes + copies * self.saturator_bytes
+                + ring_bytes(lines) + 8 * (self.samples + self.hot_samples) + 16 * self.retouch_samples)
 
     def for_device(self, device: DeviceLimits) -> "LoadedPlan":
         """The plan with the saturator spread over every SM (the probe's SM is left by placement)."""
@@ -300,20 +337,58 @@ class LoadedPlan:
             return self
         return replace(self, saturator=replace(self.saturator, active_sms=max(device.sm_count, 1)))
 
+    def saturator_shared_bytes(self, device: DeviceLimits, saturator_static: int = SATURATOR_STATIC_SMEM) -> int:
+        """Dynamic shared memory per saturator block: at most `blocks_per_sm` saturator blocks fit
+        on an SM, and beside them the probe's block (its static shared memory and the per-block
+        reservation). 0 when the device's shared memory per SM is unknown.
+
+        With S the shared memory per SM, r the reservation per block and p the probe's: each
+        saturator block takes T = (S - p - r) // blocks_per_sm (rounded down to the allocation
+        granule), so blocks_per_sm x T + p + r <= S, while (blocks_per_sm + 1) x T > S.
+        """
+        S = device.shared_per_sm
+        if not S:
+            return 0
+        r = device.reserved_shared_per_block
+        p = self.probe_shared_bytes or probe_static_smem()
+        bps = self.saturator.blocks_per_sm
+        per_block = (S - p - r) // bps // SMEM_GRANULE * SMEM_GRANULE
+        dyn = per_block - r - saturator_static
+        if dyn < 0 or (bps + 1) * per_block <= S:
+            raise PlanError(f"the saturator cannot keep to {bps} blocks per SM beside the probe on {device.describe()} "
+                            f"({S} B of shared memory per SM, probe {p} B): use fewer blocks per SM")
+        optin = device.shared_per_block_optin
+        if optin and dyn + saturator_static > optin:
+            raise PlanError(f"the saturator would need {dyn + saturator_static} B of shared memory per block, beyond "
+                            f"the {optin} B a block may have on {device.describe()}: use more blocks per SM")
+        return int(dyn)
+
     def validate(self, device: DeviceLimits) -> None:
         require_probe_capable(device)
         if device.sm_count and device.sm_count < 2:
             raise PlanError(f"loaded latency needs at least 2 SMs (probe + saturator); {device.describe()} has "
                             f"{device.sm_count}")
         self.saturator.validate(device, "the saturator")
+        if self.saturator.blocks_per_sm * self.saturator.threads + 32 > MAX_THREADS_PER_SM:
+            raise PlanError(f"the saturator's {self.saturator.blocks_per_sm} blocks of {self.saturator.threads} threads "
+                            f"leave no room for the probe's warp on an SM ({MAX_THREADS_PER_SM} threads at most)")
         if self.saturator_kind not in ("read", "copy"):
             raise PlanError(f"saturator {self.saturator_kind!r}: use read or copy")
         if len(self.targets) < 1 or any(not 0 < t <= 1 for t in self.targets):
             raise PlanError("load targets must be fractions in (0, 1] of the saturator's peak")
         if self.samples < 1:
             raise PlanError("loaded latency: need at least one sample per level")
+        if not 1 <= self.retouch_lines <= 1024 or self.interval_reps < 1 or not self.intervals_ns:
+            raise PlanError("the re-touch probe needs 1..1024 lines per round and at least one interval and rep")
+        if any(t < 0 or t > 1_000_000_000 for t in self.intervals_ns):
+            raise PlanError("re-touch intervals must be within 0..1 s")
+        if self.retouch_samples > self.retouch_bytes // LINE_BYTES:
+            raise PlanError(f"the re-touch ring {format_size(self.retouch_bytes)} holds fewer than the "
+                            f"{self.retouch_samples} fresh lines its rounds take: raise --retouch")
+        if self.hot_bytes < 2 * LINE_BYTES:
+            raise PlanError("the hot set needs at least 2 lines")
         if device.l2_bytes:
-            if self.retouch_bytes > device.l2_bytes // 2:
+            if self.retouch_bytes + self.hot_bytes > device.l2_bytes // 2:
                 raise PlanError(f"the re-touch set {format_size(self.retouch_bytes)} must fit well inside the L2 "
                                 f"({format_size(device.l2_bytes)}): at most half of it")
             if self.hbm_footprint < 2 * device.l2_bytes:
@@ -321,5 +396,6 @@ class LoadedPlan:
                                 f"the L2 ({format_size(device.l2_bytes)})")
         if self.saturator.vectors(self.saturator_bytes, device.sm_count) == 0:
             raise PlanError(f"the saturator buffer {format_size(self.saturator_bytes)} is smaller than one pass")
+        self.saturator_shared_bytes(device)
         check_memory(device, self.need_bytes, "the loaded-latency probe", "lower the HBM footprint or the "
                      "saturator buffer")

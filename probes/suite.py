@@ -21,6 +21,13 @@ SUITES = ("quick", "full")
 PARTS = ("latency", "tlb", "bandwidth", "loaded")
 #: Nominal latencies (ns) used only to estimate durations for the planner, never reported.
 _EST_NS = {"l2": 200.0, "hbm": 600.0, "tlb": 900.0}
+#: Planning only, for a device that reports no L2 size (CuPy's cudaDeviceProp.l2CacheSize is used
+#: when present: an H200 reports 60 MiB, an H100 50 MiB).
+FALLBACK_L2_BYTES = 50 * MiB
+#: The far-L2 band (about 38-60 MB on H100/H200) and its neighbours get this many ladder
+#: footprints per octave in every suite.
+DENSE_BAND = (16 * MiB, 128 * MiB)
+DENSE_PER_OCTAVE = 4
 
 
 @dataclass
@@ -32,6 +39,7 @@ class SuitePlan:
     loaded: LoadedPlan
     parts: tuple[str, ...] = PARTS
     notes: list[str] = field(default_factory=list)
+    l2_bytes: int = FALLBACK_L2_BYTES  # the device's, when it reports one
 
     def validate(self, device: DeviceLimits) -> None:
         for part in self.parts:
@@ -62,14 +70,16 @@ class SuitePlan:
             f"bandwidth: {', '.join(bw.kernels)} + memcpy over {format_size(bw.buffer_bytes)}, "
             f"{len(bw.configs)} intensity settings x {bw.reps} reps",
             f"loaded: {ld.levels} levels (idle + {len(ld.targets)} targets up to {max(ld.targets):.0%}), "
-            f"HBM chase over {format_size(ld.hbm_footprint)}, re-touch set {format_size(ld.retouch_bytes)}, "
+            f"HBM chase over {format_size(ld.hbm_footprint)}, re-touch ring {format_size(ld.retouch_bytes)} "
+            f"({len(ld.intervals_ns)} intervals {ld.intervals_ns[0] / 1e3:g}..{ld.intervals_ns[-1] / 1e3:g} us x "
+            f"{ld.interval_reps}, {ld.retouch_lines} lines each), hot set {format_size(ld.hot_bytes)}, "
             f"{ld.saturator_kind} saturator over {format_size(ld.saturator_bytes)}",
         ]
 
     def estimate_seconds(self) -> dict[str, float]:
         """Rough duration per part from access counts and nominal latencies (planning only)."""
         s = self.latency.sweep
-        l2 = 50 * MiB
+        l2 = self.l2_bytes
         lat = 0.0
         for fp in s.footprints:
             per = (_EST_NS["l2"] if fp <= l2 else _EST_NS["hbm"]) * 1e-9
@@ -82,8 +92,10 @@ class SuitePlan:
             gbs = min(3500.0, 30.0 * c.active_sms) / (1 + c.throttle_ns / 2000.0)
             bw_s += len(bw.kernels) * (bw.reps + 1) * (2 * bw.passes * bw.buffer_bytes / (gbs * 1e9)) + 0.01
         ld = self.loaded
-        ld_s = (len(ld.calibration_sleeps_ns) * ld.calibration_ns * 1e-9
-                + ld.levels * 2 * (ld.samples * 4 * _EST_NS["hbm"] * 1e-9 + ld.settle_ns * 1e-9 + 0.05))
+        retouch_s = (sum(ld.round_intervals) * 1e-9 + 2 * ld.retouch_samples * _EST_NS["hbm"] * 1e-9
+                     + ld.settle_ns * 1e-9 + 0.05)
+        hbm_s = ld.samples * 4 * _EST_NS["hbm"] * 1e-9 + ld.settle_ns * 1e-9 + 0.05
+        ld_s = len(ld.calibration_sleeps_ns) * ld.calibration_ns * 1e-9 + ld.levels * (retouch_s + hbm_s)
         return {"latency": lat, "tlb": tlb, "bandwidth": bw_s, "loaded": ld_s, "compile": 10.0}
 
     def estimate_total_seconds(self) -> float:
@@ -111,10 +123,10 @@ def make_suite(name: str, device: DeviceLimits, parts: tuple[str, ...] = PARTS,
 
         raise PlanError(f"unknown suite {name!r}: use {' or '.join(SUITES)}")
     quick = name == "quick"
-    l2 = int(device.l2_bytes or 50 * MiB)
+    l2 = int(device.l2_bytes or FALLBACK_L2_BYTES)
     lat_max = max_footprint or (1 * GiB if quick else 4 * GiB)
     lat_min = min_footprint or 16 * KiB
-    ladder = ChaseSweep(geometric_sizes(lat_min, lat_max, per_octave or (2 if quick else 4)),
+    ladder = ChaseSweep(ladder_footprints(lat_min, lat_max, per_octave or (2 if quick else 4)),
                         samples=samples or (2048 if quick else 8192), warm_full_bytes=2 * l2)
     tlb_max = 4 * GiB if quick else 16 * GiB
     tlb_sweeps = [ChaseSweep(geometric_sizes(2 * stride, tlb_max, 2 if quick else 4, align=stride), stride=stride,
@@ -130,10 +142,21 @@ def make_suite(name: str, device: DeviceLimits, parts: tuple[str, ...] = PARTS,
     bandwidth = BandwidthPlan(buffer_bytes=1 * GiB if quick else 4 * GiB, configs=configs,
                               reps=3 if quick else 5)
     loaded = LoadedPlan(hbm_footprint=max(8 * l2, 512 * MiB) if quick else max(16 * l2, 2 * GiB),
-                        retouch_bytes=64 * KiB, saturator_bytes=max(16 * l2, 1 * GiB),
+                        retouch_bytes=4 * MiB, saturator_bytes=max(16 * l2, 1 * GiB),
                         targets=[i / 8 for i in range(1, 9)] if quick else [i / 16 for i in range(1, 17)],
                         samples=4096 if quick else 16384)
-    return SuitePlan(name, LatencyPlan(ladder), TlbPlan(tlb_sweeps), bandwidth, loaded, parts=tuple(parts))
+    return SuitePlan(name, LatencyPlan(ladder), TlbPlan(tlb_sweeps), bandwidth, loaded, parts=tuple(parts), l2_bytes=l2)
+
+
+def ladder_footprints(lo: int, hi: int, per_octave: int) -> list[int]:
+    """The ladder's footprints: `per_octave` per doubling from lo to hi, and at least
+    DENSE_PER_OCTAVE per doubling over DENSE_BAND (clipped to lo..hi), where the near/far L2
+    split and the L2's edge lie."""
+    sizes = set(geometric_sizes(lo, hi, per_octave))
+    band_lo, band_hi = max(lo, DENSE_BAND[0]), min(hi, DENSE_BAND[1])
+    if band_lo < band_hi:
+        sizes |= set(geometric_sizes(band_lo, band_hi, max(per_octave, DENSE_PER_OCTAVE)))
+    return sorted(sizes)
 
 
 def prepare_suite(name: str, parts: tuple[str, ...], index: int = 0, overrides: dict | None = None,

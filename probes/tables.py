@@ -54,6 +54,29 @@ def sm_clock_mhz(elapsed_ns: float, elapsed_cycles: float) -> float:
     return float(elapsed_cycles) * 1e3 / float(elapsed_ns)
 
 
+#: A chase's own clock window shorter than this is not trusted (the global timer ticks coarsely);
+#: its cycles are converted at the session clock instead (kernels spin to at least this).
+MIN_CLOCK_WINDOW_NS = 200_000
+
+
+def chase_clock(clk, session_mhz: float) -> tuple[float, str]:
+    """(MHz, source) for one chase from its clock window clk = [g0, g1, c0, c1]
+    (kernels/common.cuh:clock_window_end): the SM clock while that chase ran ("chase"), or the
+    session clock measured after the warm-up ("session") when the window is too short or broken."""
+    g0, g1, c0, c1 = (int(x) for x in np.asarray(clk, dtype=np.uint64)[:4])
+    if g1 - g0 >= MIN_CLOCK_WINDOW_NS and c1 > c0:
+        return (c1 - c0) * 1e3 / (g1 - g0), "chase"
+    return float(session_mhz), "session"
+
+
+def clock_columns(clk, session_mhz: float) -> dict:
+    """The raw clock-window columns of one chase's rows (docs/run-directory.md)."""
+    mhz, source = chase_clock(clk, session_mhz)
+    g0, g1, c0, c1 = (int(x) for x in np.asarray(clk, dtype=np.uint64)[:4])
+    return {"chase_start_ns": np.int64(g0), "chase_end_ns": np.int64(g1), "chase_start_cycles": np.int64(c0),
+            "chase_end_cycles": np.int64(c1), "chase_mhz": float(mhz), "clock_source": source}
+
+
 def cycles_to_ns(cycles, mhz: float):
     return np.asarray(cycles, dtype=np.float64) * 1e3 / mhz
 
@@ -73,12 +96,16 @@ def net_cycles(raw, overhead: float) -> np.ndarray:
 
 
 # -- tables ---------------------------------------------------------------------------------
-def chase_frame(raw, overhead: float, mhz: float, **columns):
-    """Rows of one chase: constant columns (footprint_bytes, stride_bytes, ...) + per-sample latency."""
+def chase_frame(raw, overhead: float, mhz: float, per_sample: dict | None = None, **columns):
+    """Rows of one chase: constant columns (footprint_bytes, stride_bytes, ...), per-sample
+    columns (`per_sample`: arrays as long as raw), and per-sample latency in cycles and in ns at
+    `mhz` (the chase's own clock where it was measured)."""
     import pandas as pd
 
     cyc = net_cycles(raw, overhead)
     data = {k: np.full(cyc.size, v) for k, v in columns.items()}
+    for k, v in (per_sample or {}).items():
+        data[k] = np.asarray(v)
     data["sample"] = np.arange(cyc.size, dtype=np.int32)
     data["latency_cycles"] = cyc
     data["latency_ns"] = cycles_to_ns(cyc, mhz).astype(np.float32)
@@ -99,6 +126,34 @@ def saturator_gbs(stats) -> float:
     if nbytes == 0 or t1 <= t0:
         return 0.0
     return nbytes / (t1 - t0)  # bytes per ns == GB/s
+
+
+def placement(loaded: bool, claimed: bool, target_sm: int | None, probe_sm: int, window: dict) -> tuple[bool, str]:
+    """(valid, reason) of one loaded-latency chase, from its raw window stamps.
+
+    Valid when the probe ran on the SM asked for, and, for a loaded level, inside the saturator's
+    window: the first saturator block started no later than the probe's timed window and none
+    had stopped before it ended (an idle level needs no saturator). The reason is '' when valid.
+    """
+    if not claimed:
+        return False, f"no probe block landed on SM {target_sm}"
+    if target_sm is not None and probe_sm != target_sm:
+        return False, f"the probe ran on SM {probe_sm}, not on SM {target_sm} (the baseline's)"
+    if not loaded:
+        return True, ""
+    if window["saturator_blocks_at_probe_start"] == 0 or window["saturator_start_ns"] > window["probe_start_ns"]:
+        return False, "the saturator had not started when the probe's window began"
+    if window["saturator_end_ns"] < window["probe_end_ns"]:
+        return False, "a saturator block stopped before the probe's window ended"
+    return True, ""
+
+
+def line_ages(prime_start, retouch_start) -> np.ndarray:
+    """Cycles between a line's prime and its re-touch, from the two accesses' 32-bit start stamps
+    (kernels/loaded.cu:retouch_probe; modulo 2^32, so ages up to ~2 s at 2 GHz)."""
+    a = np.asarray(prime_start, dtype=np.uint32)
+    b = np.asarray(retouch_start, dtype=np.uint32)
+    return (b - a).astype(np.int64)
 
 
 def choose_throttles(sleeps_ns, achieved_gbs, targets_gbs) -> list[int]:

@@ -83,17 +83,36 @@ def test_copy_kernel_against_memcpy(probes):
 def test_loaded_latency_keeps_the_probe_sm_free(probes):
     from sitsprof.probes.plan import LoadedPlan
 
-    plan = LoadedPlan(hbm_footprint=512 * MiB, retouch_bytes=64 * KiB, saturator_bytes=1 * GiB,
+    plan = LoadedPlan(hbm_footprint=512 * MiB, retouch_bytes=4 * MiB, saturator_bytes=1 * GiB,
                       targets=[0.5, 1.0], samples=1024, calibration_sleeps_ns=[0, 400, 1600, 6400])
     out = probes.loaded(plan)
     table = out["loaded"]
-    loaded = table[table["level"] > 0]
-    assert (loaded["blocks_left_probe_sm"] >= 1).all()   # saturator blocks left the probe's SM
+    valid = table[table["valid"]]
+    assert set(zip(valid["level"], valid["access"])) >= {(lv, a) for lv in (0, 1, 2) for a in ("hbm", "retouch")}
+    assert valid["probe_sm"].nunique() == 1                  # every level on the baseline's SM
+    loaded = valid[valid["level"] > 0]
     assert (loaded["saturator_blocks"] > 0).all()
-    per_level = table.groupby("level")["achieved_gbs"].first()
+    assert ((loaded["saturator_start_ns"] <= loaded["probe_start_ns"])
+            & (loaded["probe_end_ns"] <= loaded["saturator_end_ns"])).all()  # inside the saturator's window
+    per_level = valid.groupby("level")["achieved_gbs"].first()
     assert per_level[0] == 0 and per_level[2] > per_level[1] > 0
-    hbm = table[table["access"] == "hbm"].groupby("level")["latency_cycles"].median()
-    assert hbm[2] >= hbm[0]
+    hbm = valid[valid["access"] == "hbm"].groupby("level")["latency_cycles"].median()
+    hot = valid[valid["access"] == "hot"].groupby("level")["latency_cycles"].median()
+    assert hbm[2] >= hbm[0] and hot[0] < hbm[0]
+
+
+def test_chase_kernels_prefer_l1_and_convert_per_chase(probes):
+    """Issue 10.6/10.9 on the GPU: carveout 0 read back from the driver; each chase's own clock."""
+    from sitsprof.probes.gpu import L1_KERNELS
+    from sitsprof.probes.plan import ChaseSweep, LatencyPlan
+
+    for name in ("chase_ca", "chase_cg"):
+        assert name in L1_KERNELS
+        assert probes.kernel("chase", name).attributes["preferred_shared_memory_carveout"] == 0
+    frame = probes.latency(LatencyPlan(ChaseSweep([16 * KiB, 64 * MiB], samples=1024, warm_full_bytes=128 * MiB)))
+    lat = frame["latency"]
+    assert (lat["clock_source"] == "chase").all()
+    assert lat["chase_mhz"].between(0.5 * probes.mhz, 1.5 * probes.mhz).all()
 
 
 def test_quick_suite_writes_a_complete_run(tmp_path):

@@ -27,7 +27,7 @@ def sass(cubins) -> dict[str, list[str]]:
     if K.cuobjdump_path() is None:
         pytest.skip("cuobjdump (nvidia-cuda-cuobjdump wheel) not found")
     out: dict[str, list[str]] = {}
-    for name, result in cubins.items():
+    for result in cubins.values():
         try:
             text = K.disassemble(result.cubin)
         except K.CompileError as exc:
@@ -86,7 +86,7 @@ def _loads(instrs):
 
 
 def test_cg_chase_loads_bypass_l1(sass):
-    for fn in ("chase_cg", "loaded_chase"):
+    for fn in ("chase_cg", "loaded_chase", "retouch_probe"):
         chase = [i for i in _loads(sass[fn]) if i.startswith("LDG.E.64")]
         assert chase, fn
         assert all(i.startswith("LDG.E.64.STRONG.GPU ") for i in chase), (fn, chase)
@@ -98,7 +98,7 @@ def test_default_cached_chase_uses_plain_loads(sass):
 
 
 def test_timers_are_cs2r_clocklo_only(sass):
-    for fn in ("chase_cg", "chase_ca", "timer_overhead", "loaded_chase"):
+    for fn in ("chase_cg", "chase_ca", "timer_overhead", "loaded_chase", "retouch_probe"):
         clocks = [i for i in sass[fn] if "SR_CLOCKLO" in i]
         assert len(clocks) >= 2, fn
         assert all(i.startswith("CS2R") for i in clocks), (fn, clocks)
@@ -112,14 +112,23 @@ def test_second_timer_waits_for_the_load(sass):
     """Between two clock reads around a load, a shared store of the loaded register comes first,
     so the second read cannot issue before the load completes; the next load's address
     is the loaded value (the chase serializes)."""
-    for fn in ("chase_cg", "chase_ca", "loaded_chase"):
+    for fn in ("chase_cg", "chase_ca", "loaded_chase", "retouch_probe"):
         ins = sass[fn]
         clocks = [k for k, i in enumerate(ins) if "SR_CLOCKLO" in i]
         timed = 0
         for a, b in zip(clocks, clocks[1:]):
             window = ins[a + 1:b]
-            loads = [i for i in window if i.startswith("LDG")]
+            loads = [i for i in window if i.startswith("LDG.E.64")]
             if not loads:
+                continue
+            # a timed window ends with a shared store of a loaded register; a window without one
+            # runs between two timed accesses (retouch_probe's untimed hot-set steps, its interval read)
+            def stored_after(j):
+                d = _reg(window[j].split(None, 1)[1])
+                return any(i.startswith("STS") and i.endswith(f", {d}") for i in window[j + 1:])
+
+            if not any(stored_after(j) for j, i in enumerate(window) if i.startswith("LDG.E.64")):
+                assert fn == "retouch_probe", (fn, window)
                 continue
             assert len(loads) == 1, (fn, window)
             dst = _reg(loads[0].split(None, 1)[1])
@@ -150,8 +159,28 @@ def test_streaming_kernels_use_16_byte_accesses(sass):
 
 
 def test_loaded_kernels_read_their_sm_and_the_global_timer(sass):
-    for fn in ("loaded_chase", "saturator_read", "saturator_copy"):
+    for fn in ("loaded_chase", "retouch_probe", "saturator_read", "saturator_copy"):
         assert any("SR_VIRTUALSMID" in i for i in sass[fn]), fn
         assert any("SR_GLOBALTIMER" in i for i in sass[fn]), fn
     for fn in ("bw_read", "bw_write", "bw_copy"):  # the active-SM filter and the chunk claims
         assert any("SR_VIRTUALSMID" in i for i in sass[fn]) and any(i.startswith("ATOMG") for i in sass[fn]), fn
+
+
+def test_chases_stamp_a_clock_window(sass):
+    """Issue 10.9: every chase reads %globaltimer and clock64 around its timed accesses, so the host
+    converts that chase's cycles with the clock it ran at (--clocks none lets the clock move)."""
+    for fn in ("chase_cg", "chase_ca", "loaded_chase", "retouch_probe", "sm_clock_rate"):
+        assert any("SR_GLOBALTIMER" in i for i in sass[fn]), fn
+        assert sum("SR_CLOCKLO" in i for i in sass[fn]) >= 2, fn
+
+
+def test_retouch_probe_and_fill_kernel_resources(cubins):
+    """Issue 10.8/10.12: the re-touch probe (two stamp arrays: 16392 B of static shared memory,
+    plan.probe_static_smem) and the random fill compile without spills."""
+    usage = {**cubins["loaded"].resource_usage(), **cubins["bandwidth"].resource_usage()}
+    for fn in ("retouch_probe", "fill_random"):
+        assert usage[fn]["spill_stores"] == 0 and usage[fn]["stack"] == 0, usage[fn]
+    smem = re.findall(r"Compiling entry function '(\w+)'.*?(\d+) bytes smem", cubins["loaded"].log, re.S)
+    from sitsprof.probes.plan import probe_static_smem
+
+    assert dict(smem).get("retouch_probe", str(probe_static_smem())) == str(probe_static_smem())

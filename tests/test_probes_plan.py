@@ -5,8 +5,17 @@ import pytest
 
 from sitsprof.common.sizes import GiB, KiB, MiB, SizeError, format_size, parse_size
 from sitsprof.probes.errors import PlanError
-from sitsprof.probes.plan import (TLB_SKEW, BandwidthPlan, ChaseSweep, DeviceLimits, LatencyPlan, LoadedPlan,
-                                  StreamConfig, geometric_sizes, require_hopper)
+from sitsprof.probes.plan import (
+    TLB_SKEW,
+    BandwidthPlan,
+    ChaseSweep,
+    DeviceLimits,
+    LatencyPlan,
+    LoadedPlan,
+    StreamConfig,
+    geometric_sizes,
+    require_hopper,
+)
 from sitsprof.probes.suite import make_suite
 
 H200 = DeviceLimits(name="NVIDIA H200", compute_capability=(9, 0), sm_count=132, l2_bytes=50 * MiB,
@@ -104,20 +113,75 @@ def test_chase_sweep_links_and_warm_up():
 
 
 def test_loaded_plan_checks_the_sets_against_the_l2():
-    ok = LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB).for_device(H200)
+    ok = LoadedPlan(512 * MiB, 4 * MiB, 1 * GiB).for_device(H200)
     assert ok.saturator.active_sms == 132 and ok.levels == 9
     assert ok.saturator.blocks_per_sm * ok.saturator.threads + 32 <= 2048  # room for the probe's block
     ok.validate(H200)
     with pytest.raises(PlanError, match="must fit well inside the L2"):
         LoadedPlan(512 * MiB, 40 * MiB, 1 * GiB).for_device(H200).validate(H200)
     with pytest.raises(PlanError, match="at least twice"):
-        LoadedPlan(64 * MiB, 64 * KiB, 1 * GiB).for_device(H200).validate(H200)
+        LoadedPlan(64 * MiB, 4 * MiB, 1 * GiB).for_device(H200).validate(H200)
     with pytest.raises(PlanError, match="use read or copy"):
-        LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB, saturator_kind="write").for_device(H200).validate(H200)
-    copy = LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB, saturator_kind="copy")
-    assert copy.need_bytes - LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB).need_bytes == 1 * GiB  # a destination
+        LoadedPlan(512 * MiB, 4 * MiB, 1 * GiB, saturator_kind="write").for_device(H200).validate(H200)
+    copy = LoadedPlan(512 * MiB, 4 * MiB, 1 * GiB, saturator_kind="copy")
+    assert copy.need_bytes - LoadedPlan(512 * MiB, 4 * MiB, 1 * GiB).need_bytes == 1 * GiB  # a destination
     with pytest.raises(PlanError, match="fractions"):
-        LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB, targets=[0.5, 1.5]).for_device(H200).validate(H200)
+        LoadedPlan(512 * MiB, 4 * MiB, 1 * GiB, targets=[0.5, 1.5]).for_device(H200).validate(H200)
+    with pytest.raises(PlanError, match="fewer than the 1920 fresh lines"):  # 10 intervals x 6 reps x 32 lines
+        LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB).for_device(H200).validate(H200)
+
+
+#: An H200 as cudaDeviceProp describes it (l2CacheSize 60 MiB; 228 KiB of shared memory per SM).
+H200_PROPS = DeviceLimits(name="NVIDIA H200", compute_capability=(9, 0), sm_count=132, l2_bytes=60 * MiB,
+                          memory_bytes=141 * GiB, free_bytes=140 * GiB, shared_per_sm=228 * KiB,
+                          shared_per_block_optin=227 * KiB, reserved_shared_per_block=KiB)
+
+
+@pytest.mark.parametrize("shared_per_sm,bps", [(228 * KiB, 3), (164 * KiB, 3), (228 * KiB, 2), (100 * KiB, 1)])
+def test_saturator_shared_memory_keeps_a_place_for_the_probe(shared_per_sm, bps):
+    """Issue 10.7: the saturator's dynamic shared memory lets exactly blocks_per_sm of its blocks
+    onto an SM and leaves the probe's block (its shared memory and the per-block reservation) room
+    beside them on any SM, computed from the device's shared memory per SM."""
+    dev = DeviceLimits(**{**H200_PROPS.__dict__, "shared_per_sm": shared_per_sm,
+                          "shared_per_block_optin": shared_per_sm - KiB})
+    plan = LoadedPlan(512 * MiB, 4 * MiB, 1 * GiB, saturator=StreamConfig(active_sms=0, blocks_per_sm=bps),
+                      probe_shared_bytes=16392)
+    dyn = plan.saturator_shared_bytes(dev, saturator_static=16)
+    block = dyn + 16 + KiB  # what one saturator block takes from the SM
+    assert bps * block + 16392 + KiB <= shared_per_sm       # the probe's block fits beside them
+    assert (bps + 1) * block > shared_per_sm                 # one more saturator block does not
+    plan.for_device(dev).validate(dev)
+
+
+def test_saturator_shared_memory_unknown_or_impossible():
+    no_info = DeviceLimits(**{**H200_PROPS.__dict__, "shared_per_sm": None})
+    assert LoadedPlan(512 * MiB, 4 * MiB, 1 * GiB).saturator_shared_bytes(no_info) == 0
+    tiny = DeviceLimits(**{**H200_PROPS.__dict__, "shared_per_sm": 16 * KiB})
+    with pytest.raises(PlanError, match="cannot keep to 3 blocks per SM beside the probe"):
+        LoadedPlan(512 * MiB, 4 * MiB, 1 * GiB).for_device(tiny).validate(tiny)
+    # the default probe size comes from the kernel text (two chase_timed stamp arrays)
+    from sitsprof.probes.plan import probe_static_smem
+
+    assert probe_static_smem() == 16392  # what ptxas -v reports for retouch_probe (test_probes_kernels)
+
+
+def test_quick_ladder_is_dense_over_the_l2_band_and_sized_from_the_device_l2():
+    """Issue 10.12: at least 4 ladder footprints per octave from 16 to 128 MiB (the far-L2 band,
+    about 38-60 MB, gets several points), and the L2 size used for planning is the device's."""
+    from sitsprof.probes.assumed import assumed_h200
+
+    plan = make_suite("quick", H200_PROPS)
+    fps = plan.latency.sweep.footprints
+    for lo in (16 * MiB, 32 * MiB, 64 * MiB):
+        assert sum(lo <= f < 2 * lo for f in fps) >= 4, [f / MiB for f in fps if lo <= f < 2 * lo]
+    assert sum(38 * MiB <= f <= 60 * MiB for f in fps) >= 3
+    assert plan.l2_bytes == 60 * MiB and plan.latency.sweep.warm_full_bytes == 120 * MiB
+    assert plan.loaded.hbm_footprint >= 8 * 60 * MiB
+    h100 = make_suite("quick", H200)  # 50 MiB: the estimate follows the device's L2, not a table
+    assert h100.l2_bytes == 50 * MiB
+    assert plan.estimate_seconds()["latency"] > h100.estimate_seconds()["latency"]
+    assert assumed_h200().l2_bytes == 60 * MiB and assumed_h200().shared_per_sm == 228 * KiB
+    plan.validate(H200_PROPS)
 
 
 @pytest.mark.parametrize("suite", ["quick", "full"])

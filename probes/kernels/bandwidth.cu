@@ -57,3 +57,16 @@ extern "C" __global__ void __launch_bounds__(1024, 2) bw_copy(const uint4* __res
                                    u32 reps, u32 sleep_ns, u32 active_sms, u32* smids, u64* work) {
     stream_kernel<2>(src, dst, n_vec, reps, sleep_ns, active_sms, smids, work, (u64*)0);
 }
+
+// Fills n_words 64-bit words with splitmix64(seed + index): the bandwidth and saturator
+// buffers hold random data, not zeros (nothing downstream can shortcut a buffer of zeros, and
+// the read kernels' XOR stays data dependent).
+extern "C" __global__ void fill_random(u64* __restrict__ buf, u64 n_words, u64 seed) {
+    u64 step = (u64)gridDim.x * blockDim.x;
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n_words; i += step) {
+        u64 z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        buf[i] = z ^ (z >> 31);
+    }
+}

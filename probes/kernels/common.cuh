@@ -64,9 +64,11 @@ __device__ __forceinline__ u64 chase_untimed(u64 p, u32 n) {
 // clock read cannot issue before the load completes. Both raw stamps go to shared memory
 // (subtracted at the flush): that keeps both reads as `CS2R.32 Rx, SR_CLOCKLO` (a stamp used
 // only in arithmetic is read with S2UR into a uniform register instead).
-// gap_ns > 0 sleeps between accesses, outside the timed window.
-template <int MODE>
-__device__ u64 chase_timed(u64 p, u32 n, u32 gap_ns, u32* __restrict__ lat_out) {
+// gap_ns > 0 sleeps between accesses, outside the timed window. STARTS: also write each
+// access's first stamp (low 32 bits of clock64) to start_out, so the host can take the time
+// between two touches of one line (the re-touch probe's line ages).
+template <int MODE, bool STARTS>
+__device__ u64 chase_timed_ex(u64 p, u32 n, u32 gap_ns, u32* __restrict__ lat_out, u32* __restrict__ start_out) {
     __shared__ u32 stamp_s[2 * CHASE_CHUNK];
     __shared__ volatile u32 sink_s[1];
     for (u32 base = 0; base < n; base += CHASE_CHUNK) {
@@ -80,9 +82,43 @@ __device__ u64 chase_timed(u64 p, u32 n, u32 gap_ns, u32* __restrict__ lat_out) 
             stamp_s[2 * i + 1] = t1;
             if (gap_ns) __nanosleep(gap_ns);
         }
-        for (u32 i = 0; i < m; ++i) lat_out[base + i] = stamp_s[2 * i + 1] - stamp_s[2 * i];
+        for (u32 i = 0; i < m; ++i) {
+            lat_out[base + i] = stamp_s[2 * i + 1] - stamp_s[2 * i];
+            if (STARTS) start_out[base + i] = stamp_s[2 * i];
+        }
     }
     return p;
+}
+
+template <int MODE>
+__device__ __forceinline__ u64 chase_timed(u64 p, u32 n, u32 gap_ns, u32* __restrict__ lat_out) {
+    return chase_timed_ex<MODE, false>(p, n, gap_ns, lat_out, (u32*)0);
+}
+
+// The clock window of one chase: %globaltimer and clock64 at its start (clk[0], clk[2]) and,
+// after spinning until at least min_window_ns have passed, at its end (clk[1], clk[3]); the
+// host converts that chase's cycles to ns with (clk[3] - clk[2]) / (clk[1] - clk[0]), the SM
+// clock while it ran (with --clocks none the clock moves between chases). The spin keeps the
+// window long against the global timer's coarse ticks.
+struct ClockWindow {
+    u64 g0, c0;
+};
+
+__device__ __forceinline__ ClockWindow clock_window_start() {
+    ClockWindow w;
+    w.g0 = global_ns();
+    w.c0 = sm_clock();
+    return w;
+}
+
+__device__ __forceinline__ void clock_window_end(const ClockWindow& w, u64* clk, u64 min_window_ns) {
+    u64 g = global_ns();
+    while (g - w.g0 < min_window_ns) g = global_ns();
+    u64 c = sm_clock();
+    clk[0] = w.g0;
+    clk[1] = g;
+    clk[2] = w.c0;
+    clk[3] = c;
 }
 
 // Streaming: 16-byte vectors, UNROLL independent loads in flight per thread.
