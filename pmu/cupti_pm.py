@@ -13,14 +13,15 @@ whole run; timestamps and metric values written straight into preallocated numpy
 (CUPTI evaluates one sample index per cuptiProfilerHostEvaluateToGpuValues call, all metrics
 at once, so a decode costs two C calls per sample and no Python object per sample).
 
-Why the default interval is 100 us, not CUPTI's 10 us: the host must evaluate every sample,
-and it does so on one Python thread. With the stand-in (tests/fake_cupti.py) that host loop
-costs about 4-6 us per sample on this project's CI cores (`python bench/bench_cupti_sampler.py`
-prints it as `host_us_per_sample`); CUPTI's own evaluation comes on top on a GPU (the GPU test
-prints the real figure). At 10 us that is 100,000 samples/s, more than one core can evaluate:
-the hardware buffer fills and CUPTI drops samples (reported as overflow, never hidden). At
-100 us it is 10,000 samples/s, a few percent of a core, with room for CUPTI's cost. 10 us
-stays available (`--cupti-interval 10us`) for short windows; its overflow is counted.
+Why the default interval is 100 us, not CUPTI's 10 us: the host evaluates every sample, on
+one Python thread, with two CUPTI calls each. sitsprof's own share of that loop is about 0.3 us
+per sample (`bench/bench_cupti_sampler.py --stand-in` prints it as `loop_us_per_sample`, the two
+calls made no-ops); with the stand-in's calls it is about 7 us (`host_us_per_sample`), and
+CUPTI's metric evaluation is C but not free (the GPU test prints the real `host_us_per_sample`).
+At 10 us the GPU makes 100,000 samples/s: 70% of a core at 7 us each, all of it at 10 us, and
+then the hardware buffer fills and CUPTI drops samples. At 100 us it is 10,000 samples/s: 7% of
+a core, with room for an evaluation ten times as slow. 10 us stays available
+(`--cupti-interval 10us`) for short windows; the overflow it causes is counted and reported.
 
 Errors are one line (pmu.errors): a metric the chip lacks or a metric list that needs more
 than one pass is named at configure time, against the chip's single-pass PM-sampling sets;
@@ -115,6 +116,14 @@ def _reason(exc: BaseException) -> str:
         if name not in text:
             text = f"{name}: {text}" if text and text != type(exc).__name__ else name
     return text
+
+
+def chip_name(cc, device_index: int) -> str:
+    """The CUPTI chip name of a CUDA device ("GH100"), through cuptiDeviceGetChipName."""
+    params = _params(cc, "Device_GetChipName_Params")
+    params.device_index = device_index
+    cc.device_get_chip_name(params.ptr)
+    return params.p_chip_name
 
 
 def _matches(metric: str, names) -> bool:
@@ -252,10 +261,7 @@ class PmSamplingSession:
             raise
 
     def _chip_name(self) -> str:
-        params = _params(self._cc, "Device_GetChipName_Params")
-        params.device_index = self.device_index
-        self._cc.device_get_chip_name(params.ptr)
-        return params.p_chip_name
+        return chip_name(self._cc, self.device_index)
 
     def _pm_object(self) -> int:
         handle = getattr(self.collector, "_pm_sampling_object", None)
@@ -373,11 +379,9 @@ def pm_sampling_sets(device_index: int = 0) -> dict:
     ok, reason = availability()
     if not ok:
         raise UnsupportedError(f"CUPTI PM sampling unavailable: {reason}")
-    session = PmSamplingSession(device_index)
     import cupti.cupti as cc
     from cupti import pm_sampling
 
-    session._cc = cc
     collector = pm_sampling.Collector(device_index)
     try:
         collector.enable()
@@ -385,7 +389,7 @@ def pm_sampling_sets(device_index: int = 0) -> dict:
         raise UnsupportedError(f"CUPTI PM sampling could not be enabled on CUDA device {device_index}: "
                                f"{_reason(exc)}") from None
     try:
-        chip = session._chip_name()
+        chip = chip_name(cc, device_index)
         return {"chip": chip, "sets": single_pass_sets(chip)}
     finally:
         collector.disable()
