@@ -28,7 +28,8 @@ def show(device: int, as_json: bool) -> None:
     click.echo(f"GPU {device}")
     click.echo(f"  SM clock      {facts['sm_mhz']} MHz (max {facts['sm_max_mhz']}, base {facts['sm_base_mhz']}; "
                f"supported {sm[-1] if sm else '-'}..{sm[0] if sm else '-'} MHz, {len(sm)} steps)")
-    click.echo(f"  memory clock  {facts['memory_mhz']} MHz (supported: {', '.join(map(str, facts['supported_memory_mhz']))})")
+    supported = ", ".join(map(str, facts["supported_memory_mhz"]))
+    click.echo(f"  memory clock  {facts['memory_mhz']} MHz (supported: {supported})")
     click.echo(f"  event reasons {', '.join(facts['event_reasons'] or []) or 'none'}")
     click.echo(f"  clock locking {facts['clock_locking']['summary']}")
     for record in facts["locks"]:

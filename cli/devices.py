@@ -12,7 +12,8 @@ def _mib(value) -> str:
 
 @click.command("devices")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON.")
-@click.option("--counters", "show_counters", is_flag=True, help="Also list every catalog counter and whether it reads here.")
+@click.option("--counters", "show_counters", is_flag=True,
+              help="Also list every catalog counter and whether it reads here.")
 @click.option("--device", "device", type=int, default=None, help="Only this GPU index.")
 def devices(as_json: bool, show_counters: bool, device: int | None) -> None:
     """GPU facts (name, UUID, clocks, L2, memory...) plus capabilities: clock locking, GPM, CUPTI PM sampling."""

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .tiers import detect_steps, detect_tiers
 from .distributions import QUANTILES, cdf_points, downsample_series, histogram, quantile_label, summarize
+from .tiers import detect_steps, detect_tiers
 
 QLABELS = [quantile_label(q) for q in QUANTILES]
 #: Probe tables the report and calibration read (docs/run-directory.md), by role.
@@ -73,7 +73,7 @@ class Distribution:
     hist_counts: np.ndarray
 
     @classmethod
-    def of(cls, values: np.ndarray, presorted: bool = False) -> "Distribution":
+    def of(cls, values: np.ndarray, presorted: bool = False) -> Distribution:
         srt = values if presorted else np.sort(values)
         summary = summarize(srt).to_dict()
         xs, ps = cdf_points(srt, CDF_POINTS, sorted_values=srt)

@@ -14,8 +14,9 @@ replayed the three-stack workload through every policy. It
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .html import Report, Section, Table, write_html
 
@@ -38,8 +39,9 @@ def find_example_run(root: Path = EXAMPLES) -> Path | None:
 
 def choose_calibration(out_dir: Path, run_dir: Path | None = None) -> tuple[dict, Any, str]:
     """(calibration, RunAnalysis or None, banner): measured from a bundled run, else the reference."""
-    from .analysis import analyze_run
     from sitsprof.calibration import load_calibration, write_calibration
+
+    from .analysis import analyze_run
     from .errors import IncompleteRunError
     from .fromrun import calibration_from_run
 
@@ -50,7 +52,8 @@ def choose_calibration(out_dir: Path, run_dir: Path | None = None) -> tuple[dict
             cal = calibration_from_run(analysis, allow_incomplete=True)
             write_calibration(cal, out_dir / "calibration.json")
             return cal, analysis, (f"GPU figures MEASURED by sitsprof: the bundled run {run_dir.name} "
-                                   f"({analysis.device.get('name', 'unknown device')}), calibrated by `sitsprof calibrate`.")
+                                   f"({analysis.device.get('name', 'unknown device')}), "
+                                   "calibrated by `sitsprof calibrate`.")
         except IncompleteRunError:
             pass
     cal = load_calibration(None)
@@ -67,7 +70,8 @@ def calibration_section(cal: dict) -> Section:
     rows = []
     for tier, entry in cal["latency"].items():
         if entry is None:
-            rows.append([TIER_LABELS.get(tier, tier), None, None, None, "–", cal["provenance"].get("missing", {}).get(tier, "")])
+            why = cal["provenance"].get("missing", {}).get(tier, "")
+            rows.append([TIER_LABELS.get(tier, tier), None, None, None, "–", why])
             continue
         q = entry["quantiles"]
         rows.append([TIER_LABELS.get(tier, tier), q.get("p50"), q.get("p99"), entry["unit"],
