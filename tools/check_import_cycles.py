@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,12 +218,14 @@ def report(graph, components, root: Path | None = None) -> list[str]:
 
 
 def packages_from_pyproject(pyproject: Path) -> dict[str, Path]:
+    text = pyproject.read_text(encoding="utf-8")
     try:
         import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
-    config = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    package_dir = config.get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    except ImportError:  # Python 3.10 has no TOML reader: the table is `"name" = "folder"` lines
+        section = re.search(r"^\[tool\.setuptools\.package-dir\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
+        package_dir = dict(re.findall(r'^"([^"]+)"\s*=\s*"([^"]+)"', section.group(1), re.M)) if section else {}
+    else:
+        package_dir = tomllib.loads(text).get("tool", {}).get("setuptools", {}).get("package-dir", {})
     return {name: pyproject.parent / folder for name, folder in package_dir.items() if name}
 
 
