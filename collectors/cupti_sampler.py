@@ -25,11 +25,13 @@ from sitsprof.pmu.cupti_pm import (
     DEFAULT_BUFFER_BYTES,
     DEFAULT_DECODE_EVERY_S,
     DEFAULT_INTERVAL_NS,
+    END_OF_RECORDS,
     OUT_OF_MEMORY,
     image_samples,
 )
 
 DEFAULT_PENDING_BYTES = 64 * 1024 * 1024
+_NO_LOSS, _LOSS_PENDING, _BUFFER_EMPTIED = range(3)
 _MAX_ROUNDS = 64  # decodes per period when the image fills (COUNTER_DATA_FULL) before giving the period up
 
 
@@ -59,7 +61,7 @@ class CuptiPmSampler:
         self.overflow_events = self.overflow_samples = self.restarts = self.decodes = 0
         self.stop_reasons: Counter = Counter()
         self.last_stop_reason: str | None = None
-        self._after_overflow = False
+        self._overflow_state = _NO_LOSS
         self._first_ns = self._last_ns = self._last_start = None
         self.cpu_s = 0.0
 
@@ -106,8 +108,16 @@ class CuptiPmSampler:
         if decoded.overflow:
             self.overflow_events += 1
         n = len(decoded)
-        overflowed = decoded.overflow or self._after_overflow
-        self._after_overflow = decoded.overflow or (self._after_overflow and n == 0)
+        # Where an overflow's gap shows: KEEP_OLDEST keeps what the buffer held when it filled, so
+        # the missing windows come after all of those records, in this decode or a later one; once
+        # a decode has emptied the buffer (END_OF_RECORDS), the next samples carry the last of it.
+        if decoded.overflow:
+            self._overflow_state = _LOSS_PENDING
+        overflowed = self._overflow_state != _NO_LOSS
+        if self._overflow_state == _BUFFER_EMPTIED and n > 0:
+            self._overflow_state = _NO_LOSS
+        elif self._overflow_state == _LOSS_PENDING and decoded.stop_reason == END_OF_RECORDS:
+            self._overflow_state = _BUFFER_EMPTIED
         if n == 0:
             return
         starts = decoded.start_ns
