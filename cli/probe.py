@@ -146,7 +146,7 @@ def figures(run_dir: str) -> None:
 @click.command("run")
 @click.option("--suite", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
               help="quick is sized for under 3 minutes on an H200 (planned, not yet timed on one).")
-@click.option("--clocks", type=click.Choice(["max", "base", "none"]), default="max", show_default=True,
+@click.option("--clocks", type=click.Choice(["max", "base", "none"]), default="none", show_default=True,
               help="Lock the SM clock for the run (root; restored after) or leave it and record its drift.")
 @click.option("--parts", default="latency,tlb,bandwidth,loaded", show_default=True,
               help="Comma-separated probes to run.")

@@ -73,8 +73,10 @@ def test_gpm_dram_bandwidth_rises_during_copy():
         _copy_load(1.5)
     rows = sampler.drain()["gpm_dram_bw_util_pct"]
     busy = statistics.median(v for v in rows if v is not None)
-    print(f"GPM DRAM_BW_UTIL: idle rows {idle_rows}, median during copy {busy:.1f}%")
+    gap = sampler.describe()["gpm_min_sample_gap_ms"]
+    print(f"GPM DRAM_BW_UTIL: idle rows {idle_rows}, median during copy {busy:.1f}%; shortest sample gap {gap:.1f} ms")
     assert busy > 30.0
+    assert gap > 100  # issue 10.10: NVML wants more than 100 ms between GPM samples
 
 
 def test_cupti_pm_sampling_keeps_up_at_the_default_interval_and_reports_10us_overflow():
@@ -122,4 +124,28 @@ def test_nvml_sampler_reaches_1khz():
     stats = sampler.stats()
     print(f"NVML sampler: {stats['achieved_hz']:.0f} Hz, {stats['dropped']} dropped, "
           f"{stats['cpu_pct_of_core']:.2f}% of a core")
+    print("NVML fields' real update rates (changes/s): "
+          + ", ".join(f"{k} {v:.1f}" for k, v in sorted(stats["field_update_hz"].items())))
     assert stats["achieved_hz"] >= 950
+
+
+def test_nvml_driver_series_and_device_mapping():
+    """Issue 10.14: the driver's timestamped power/utilisation series and their real rate;
+    issue 10.11: CUDA device 0 found in NVML by PCI bus id (CuPy present on the GPU node)."""
+    from sitsprof.collectors.nvml_sampler import NvmlSeriesSampler
+    from sitsprof.pmu.device import choose_device
+
+    choice = choose_device(0)
+    print(f"CUDA device 0 is NVML device {choice.nvml_index} ({choice.pci_bus_id}; {choice.how})")
+    with NvmlSeriesSampler(0, interval_s=0.1) as sampler:
+        _copy_load(2.0)
+    stats, described = sampler.stats(), sampler.describe()
+    print(f"NVML driver series: {stats['series']}; unsupported: {described['unsupported_series']}")
+    if "power_w" in described["unsupported_series"]:
+        pytest.skip(described["unsupported_series"]["power_w"])
+    assert stats["series"]["power_w"]["samples"] > 2 and stats["series"]["power_w"]["driver_hz"] > 1
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        return
+    assert choice.mapped and choice.how == "cupy pci bus id"
