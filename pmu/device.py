@@ -134,6 +134,7 @@ def device_facts(index: int = 0, cuda: bool = True) -> dict:
             sources["l2_bytes"] = f"known {model} L2 size"
     return {
         "index": index,
+        "cuda_index": cuda_index_of(pci_bus_id) if cuda else None,  # --device takes this one (choose_device)
         "name": name,
         "uuid": text(pynvml.nvmlDeviceGetUUID(h)),
         "pci_bus_id": pci_bus_id,
@@ -251,6 +252,29 @@ def choose_device(index: int = 0) -> DeviceChoice:
     h = handle(index)
     return DeviceChoice(None, index, text(pynvml.nvmlDeviceGetPciInfo(h).busId), text(pynvml.nvmlDeviceGetUUID(h)),
                         _NO_CUDA.format(index=index))
+
+
+def _pci_key(bus_id: str):
+    """(domain, bus, device, function) of a PCI bus id, whatever the domain's width (CUDA 4, NVML 8)."""
+    try:
+        domain, bus, rest = bus_id.strip().lower().split(":")
+        device, function = rest.split(".")
+        return int(domain, 16), int(bus, 16), int(device, 16), int(function, 16)
+    except ValueError:
+        return None
+
+
+def cuda_index_of(pci_bus_id: str) -> int | None:
+    """CUDA's index of the GPU at `pci_bus_id` (NVML's form), or None where no CUDA library
+    (CuPy) can say or CUDA does not see it (CUDA_VISIBLE_DEVICES)."""
+    try:
+        import cupy
+        count = cupy.cuda.runtime.getDeviceCount()
+        ids = [cupy.cuda.Device(i).pci_bus_id for i in range(count)]
+    except Exception:  # noqa: BLE001 - no CuPy, or no CUDA runtime behind it
+        return None
+    wanted = _pci_key(pci_bus_id)
+    return next((i for i, bus in enumerate(ids) if _pci_key(str(bus)) == wanted), None)
 
 
 def cuda_to_nvml(cuda_index: int) -> int:

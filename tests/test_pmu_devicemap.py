@@ -107,3 +107,15 @@ def test_an_index_cuda_does_not_have_is_one_clear_error(two_gpus, monkeypatch):
     assert str(info.value) == ("there is no CUDA device 1: CUDA sees 1 with CUDA_VISIBLE_DEVICES=1 (indices 0..0); "
                                "pick one of those")
     assert info.value.exit_code == 2
+
+
+def test_device_facts_name_the_cuda_index_of_each_nvml_gpu(two_gpus, monkeypatch):
+    """Issue 10 item 11: `sitsprof devices` lists GPUs in NVML's order; each says which CUDA index
+    (the one `--device` takes) it has, None where no CUDA library can say."""
+    from sitsprof.pmu.device import device_facts
+
+    monkeypatch.setitem(sys.modules, "cupy", _cupy_seeing(["0000:19:00.0", "0000:18:00.0"]))
+    assert [device_facts(i)["cuda_index"] for i in (0, 1)] == [1, 0]
+    assert device_facts(0, cuda=False)["cuda_index"] is None
+    monkeypatch.setitem(sys.modules, "cupy", _cupy_seeing(["0000:19:00.0"]))  # CUDA_VISIBLE_DEVICES=1
+    assert [device_facts(i)["cuda_index"] for i in (0, 1)] == [None, 0]
