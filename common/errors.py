@@ -27,6 +27,15 @@ _OUTPUT_HINTS = {
 }
 
 
+def _full_disk_errno(path) -> int | None:
+    """ENOSPC when the file system holding `path` has no free block left, else None."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        return errno.ENOSPC if os.statvfs(folder).f_bavail == 0 else None
+    except (OSError, AttributeError):  # no such folder; no statvfs (Windows)
+        return None
+
+
 class OutputError(SitsprofError, OSError):
     """A file or folder sitsprof could not write (full disk, read-only or foreign folder, a path
     under a file). Still an OSError with its errno, so `except OSError` callers keep working."""
@@ -35,9 +44,10 @@ class OutputError(SitsprofError, OSError):
 
     @classmethod
     def from_os_error(cls, path, exc: OSError, action: str = "write") -> OutputError:
+        code = exc.errno or _full_disk_errno(path)  # numpy's tofile says only "178 requested and 0 written"
         # os.strerror: pyarrow's own wording ("Error writing bytes to file. Detail: ...") is not for users
-        reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
-        error = cls(exc.errno, reason, str(path))
+        reason = os.strerror(code) if code else (exc.strerror or str(exc))
+        error = cls(code, reason, str(path))
         error.action = action
         return error
 
