@@ -41,8 +41,12 @@ def _trace_options(func):
 @click.option("--model", "model_name", default=None, help="Model preset for the cost model (default qwen2-72b).")
 @click.option("--miss", "miss_mode", type=click.Choice(["recompute", "reload"]), default="recompute",
               show_default=True, help="Price a miss as prefill recompute or host reload.")
-@click.option("--shard-key", type=click.Choice(["first-block", "tenant", "stack"]), default=None,
-              help="semantic-shard: group requests by first block (default), tenant or model stack.")
+@click.option("--shard-key", type=click.Choice(["auto", "first-block", "tenant", "stack", "embedding"]), default=None,
+              help="semantic-shard: group requests by first block, tenant, model stack or prompt embedding "
+                   "(default auto: embedding when the trace carries prompt texts, else first block).")
+@click.option("--embedder", default=None, metavar="SPEC",
+              help="semantic-shard, shard key embedding: hashed (built in, default), sentence-transformers:PATH "
+                   "or model2vec:PATH (a local model folder; nothing is downloaded).")
 @click.option("--ttl", "ttl", default=None, metavar="DURATION",
               help="semantic-shard: entry TTL in trace time, e.g. 180s (default), 5m.")
 @click.option("--window", "window", default=None, metavar="DURATION",
@@ -58,7 +62,7 @@ def _trace_options(func):
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV rows instead of a table.")
 def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as_json, as_csv,
                  calibration=None, model_name=None, miss_mode="recompute", shard_key=None, ttl=None, window=None,
-                 threshold=False, threshold_windows=None, param_items=()) -> None:
+                 threshold=False, threshold_windows=None, param_items=(), embedder=None) -> None:
     """Replay TRACE (Mooncake JSONL, oracleGeneral, CSV or request JSONL) through each policy at each capacity."""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are alternatives; pick one")
@@ -70,7 +74,7 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
 
     policies = select_policies(policy_text)
     given = parse_assignments(param_items)
-    for name, value in (("shard_key", shard_key), ("ttl_s", ttl), ("window_s", window),
+    for name, value in (("shard_key", shard_key), ("embedder", embedder), ("ttl_s", ttl), ("window_s", window),
                         ("threshold", True if threshold or threshold_windows else None),
                         ("threshold_windows", threshold_windows)):
         if value is not None:
@@ -92,41 +96,88 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
         f"{summary['distinct_blocks']:,} distinct blocks"
     )
     stdout_console().print(results_table(results, title=title))
+    if "belady" not in policies:  # -p all lists it as its last row; otherwise one line under the table
+        from sitsprof.policies.sweep import simulate
+
+        best = [simulate(trace, "belady", c) for c in capacities]
+        stdout_console().print("headroom (belady, offline optimal) block hit: "
+                               + ", ".join(f"{r.block_hit_ratio:.4f} at {r.capacity:,}" for r in best))
     stdout_console().print(cost_table(results, title=cost_title(results)))
 
 
-@click.command("mrc")
-@click.argument("trace_path", metavar="TRACE")
-@click.option("--points", "-n", default=20, show_default=True, type=click.IntRange(1, 100_000),
-              help="Capacities on the curve, evenly spaced up to the trace's distinct blocks.")
-@_trace_options
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
-def mrc_cmd(trace_path, points, fmt, skip_bad_lines, as_json) -> None:
-    """LRU hit/miss-ratio curve of TRACE over many capacities, in one pass (stack distances)."""
-    from sitsprof.policies.engine.mrc import curve_capacities, lru_hit_ratio_curve
-    from sitsprof.policies.engine.results import trace_summary
+MRC_HELP = """Hit-ratio curves of TRACE over many capacities: LRU exact in one pass (stack distances),
+other policies (-p) by replaying at each point, or by SHARDS spatial sampling where that is
+too slow, with Belady (offline optimal) beside them as the headroom.
 
+\b
+Capacities are log-spaced from 0.01% of the trace's distinct blocks (at least 1) to all of
+them, so the knee below 10% shows; --spacing linear for even steps.
+\b
+--sample auto replays exactly while references x points stays under 50 million per policy,
+else samples: the references of blocks whose hash falls under rate x 2^24, replayed at
+capacity x rate, at least 1000 sampled blocks a point (smaller points sample more).
+Measured mean absolute hit-ratio error against the exact curves, 20 log-spaced points
+(bench/bench_mrc_sampling.py, docs/RESEARCH.md), at rates 0.1/0.01/0.001: Mooncake
+conversation trace: LRU 0.0005-0.0007, ARC 0.0005-0.0008, S3-FIFO 0.0003, Belady 0.0001
+(largest single point 0.004); generated three-stack workload, 4M references: LRU
+0.0008-0.0014, ARC 0.0011-0.0015, S3-FIFO 0.0010-0.0015, Belady 0.0004-0.0005 (largest
+0.009).
+"""
+
+
+@click.command("mrc", help=MRC_HELP)
+@click.argument("trace_path", metavar="TRACE")
+@click.option("--policy", "-p", "policy_text", default="lru", show_default=True,
+              help="Comma-separated policies to draw curves for, or 'all'.")
+@click.option("--points", "-n", default=20, show_default=True, type=click.IntRange(1, 100_000),
+              help="Capacities on the curve (fewer when rounding to whole blocks merges some).")
+@click.option("--spacing", type=click.Choice(["log", "linear"]), default="log", show_default=True,
+              help="Capacity spacing up to the trace's distinct blocks.")
+@click.option("--sample", "sample_text", default="auto", show_default=True, metavar="auto|exact|RATE",
+              help="auto: exact unless too slow; exact: replay every point; RATE in (0, 1): SHARDS sampling.")
+@click.option("--no-headroom", is_flag=True, help="Leave out the Belady (offline optimal) curve.")
+@_trace_options
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a policy-results document with the curves (report --policy-results draws them).")
+def mrc_cmd(trace_path, policy_text, points, spacing, sample_text, no_headroom, fmt, skip_bad_lines,
+            as_json) -> None:
+    from sitsprof.policies.engine.mrc import curve_capacities, policy_curve
+    from sitsprof.policies.engine.results import document, trace_summary
+    from sitsprof.policies.registry import get_policy, select_policies
+
+    names = select_policies(policy_text)
+    if not no_headroom and "belady" not in names:
+        names.append("belady")
+    try:
+        sample = float(sample_text)
+    except ValueError:
+        sample = sample_text.strip().lower()
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
-    caps = curve_capacities(trace.n_blocks, points)
-    ratios = lru_hit_ratio_curve(trace, caps)
+    caps = curve_capacities(trace.n_blocks, points, spacing)
+    curves = [policy_curve(trace, get_policy(name), caps, sample=sample) for name in names]
     if as_json:
-        emit_json({
-            "trace": trace_summary(trace, trace_path, fmt),
-            "policy": "lru",
-            "points": [
-                {"capacity": int(c), "hit_ratio": float(h), "miss_ratio": float(1 - h)} for c, h in zip(caps, ratios)
-            ],
-        })
+        emit_json(document([], trace=trace_summary(trace, trace_path, fmt), curves=[c.to_dict() for c in curves]))
         return
     from rich.table import Table
 
-    table = Table(title=f"LRU curve of {trace_path} ({len(trace):,} references, {trace.n_blocks:,} distinct blocks)",
-                  title_justify="left")
-    for name in ("capacity", "% of blocks", "hit ratio", "miss ratio"):
+    table = Table(title=f"Hit-ratio curves of {trace_path} ({len(trace):,} references, "
+                        f"{trace.n_blocks:,} distinct blocks)", title_justify="left")
+    for name in ("capacity", "% of blocks"):
         table.add_column(name, justify="right", no_wrap=True)
-    for c, h in zip(caps, ratios):
-        table.add_row(f"{int(c):,}", f"{100 * c / max(trace.n_blocks, 1):.1f}", f"{h:.4f}", f"{1 - h:.4f}")
+    for c in curves:
+        table.add_column(f"{c.policy} hit ratio" + (" (headroom)" if c.policy == "belady" else ""),
+                         justify="right", no_wrap=True)
+    for i, cap in enumerate(caps):
+        table.add_row(f"{int(cap):,}", f"{100 * cap / max(trace.n_blocks, 1):.2f}",
+                      *(f"{c.hit_ratios[i]:.4f}" for c in curves))
     stdout_console().print(table)
+    for c in curves:
+        if c.method == "shards":
+            stdout_console().print(f"{c.policy}: sampled (SHARDS), rates {c.rates.min():.3g} to {c.rates.max():.3g} "
+                                   "of the blocks; see --help for its measured error")
+        else:
+            how = "one stack-distance pass" if c.method == "stack-distance" else "a full replay per point"
+            stdout_console().print(f"{c.policy}: exact ({how})")
 
 
 @click.command("list")
@@ -155,7 +206,8 @@ def generate_cmd(out, seed, duration_s, scale, kind) -> None:
     """Write the seeded three-stack workload (qwen2-72b, deepseek-v2, phi-3-mini) to OUT."""
     from sitsprof.policies.traces import csvfile, generator, oracle
 
-    requests = generator.generate_requests(seed=seed, duration_s=duration_s, scale=scale)
+    requests = generator.generate_requests(seed=seed, duration_s=duration_s, scale=scale,
+                                           prompts=kind == "requests")  # the request format carries prompt text
     trace = generator.requests_to_trace(requests)
     if kind == "mooncake":
         generator.write_mooncake_jsonl(requests, out)

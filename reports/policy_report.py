@@ -11,21 +11,53 @@ from typing import Any
 from .axes import axis_titles
 from .html import PALETTE, Figure, Section, Table, plot_text
 
-
 POLICY_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "triangle-down", "cross",
                   "pentagon", "hexagon", "circle-open", "square-open", "diamond-open")
 
 
 def _policy_trace(policy: str, xs, ys, style: dict) -> dict:
     return {"type": "scatter", "mode": "lines+markers", "name": plot_text(policy), "x": xs, "y": ys,
-            "line": {"color": style["color"]}, "marker": {"color": style["color"], "symbol": style["symbol"], "size": 7}}
+            "line": {"color": style["color"]},
+            "marker": {"color": style["color"], "symbol": style["symbol"], "size": 7}}
+
+
+def _curve_figure(curves) -> Figure | None:
+    """The hit-ratio curves (`policy mrc --json`'s `curves`) as one plot on a log capacity
+    axis; Belady, the offline optimum, dashed as the headroom line. None without curves."""
+    if not isinstance(curves, list):
+        return None
+    data, notes = [], []
+    for i, curve in enumerate(c for c in curves if isinstance(c, dict)):
+        pts = [p for p in curve.get("points") or [] if isinstance(p, dict)
+               and isinstance(p.get("capacity"), (int, float)) and isinstance(p.get("hit_ratio"), (int, float))]
+        if not pts:
+            continue
+        policy = str(curve.get("policy"))
+        colour = PALETTE[i % len(PALETTE)]
+        trace = _policy_trace(policy + (" (offline optimal)" if policy == "belady" else ""),
+                              [p["capacity"] for p in pts], [p["hit_ratio"] for p in pts],
+                              {"color": colour, "symbol": POLICY_SYMBOLS[i % len(POLICY_SYMBOLS)]})
+        if policy == "belady":
+            trace["line"]["dash"] = "dash"
+        data.append(trace)
+        method = curve.get("method")
+        if method == "shards":
+            notes.append(f"{policy} sampled (SHARDS, rate from {curve.get('sample_rate', 0):.3g})")
+        elif method:
+            notes.append(f"{policy} exact ({method})")
+    if not data:
+        return None
+    caption = ("Block hit ratio over log-spaced capacities: " + "; ".join(notes) + "." if notes else "")
+    return Figure("Hit-ratio curves", data, axis_titles("capacity (blocks)", "block hit ratio", xaxis={"type": "log"}),
+                  caption=caption)
 
 
 def policy_section(payload: Any, source: str = "") -> Section:
     """Tables and plots from the policy engine's results (SimResult.to_dict rows).
 
     Accepts a list of result rows, or an object with `results` (rows), optional `p99` rows
-    (policy, capacity, p99_ms ...) and optional `decisions` / `timeline` (SITS controller
+    (policy, capacity, p99_ms ...), optional `curves` (hit-ratio curves, `policy mrc --json`)
+    and optional `decisions` / `timeline` (SITS controller
     windows: t or window, policy/state, and any numeric columns such as entropy, p99_ms), with
     optional `decisions_capacity` (the capacity, in blocks, the decisions were taken at)).
     """
@@ -72,6 +104,9 @@ def policy_section(payload: Any, source: str = "") -> Section:
             figs.append(Figure("P99 estimate per capacity", p99_data,
                                axis_titles("capacity (blocks)", "P99 time to first token (ms)",
                                             xaxis={"type": "log"})))
+    curve_figure = _curve_figure(payload.get("curves"))
+    if curve_figure is not None:
+        figs.append(curve_figure)
     timeline = payload.get("decisions") or payload.get("timeline") or []
     if timeline:
         tkey = next((k for k in ("time", "t", "t_s", "time_s", "window") if k in timeline[0]), None)

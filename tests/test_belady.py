@@ -88,3 +88,27 @@ def test_no_policy_that_caches_every_miss_beats_it(ids, capacity):
     best = simulate(trace, "belady", capacity).hits
     for name in ("lru", "fifo", "lfu", "sieve", "arc", "s3fifo", "2q", "lirs"):
         assert simulate(trace, name, capacity).hits <= best, name
+
+
+def test_simulate_shows_the_headroom(cli, tmp_path):
+    """`policy simulate` puts Belady beside every table: the last row of `-p all`, else one line
+    under the hit-ratio table."""
+    import json
+
+    from sitsprof.policies.traces import generator
+
+    path = tmp_path / "w.jsonl"
+    generator.write_mooncake_jsonl(generator.generate_requests(seed=5, duration_s=120), path)
+    trace = read_trace(path)
+    best = [simulate(trace, "belady", c) for c in (10, 100)]
+    code, out, err = cli("policy", "simulate", str(path), "-p", "lru,arc", "-c", "10,100")
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("headroom (belady, offline optimal)"))
+    assert line.endswith(f"{best[0].block_hit_ratio:.4f} at 10, {best[1].block_hit_ratio:.4f} at 100")
+    code, out, err = cli("policy", "simulate", str(path), "-c", "10,100", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["results"]
+    assert [r["policy"] for r in rows[-2:]] == ["belady", "belady"]
+    assert [r["hits"] for r in rows[-2:]] == [r.hits for r in best]
+    classic = [(i, r) for i, r in enumerate(rows) if r["policy"] not in ("belady", "sits", "semantic-shard")]
+    assert len(classic) == 18 and all(r["hits"] <= best[i % 2].hits for i, r in classic)

@@ -156,7 +156,7 @@ def test_oracle_format_flag(tmp_path, cli):
 def test_mrc_json_matches_lru_simulation(cli, small_trace):
     code, out, err = cli("policy", "mrc", str(small_trace), "--points", "4", "--json")
     assert code == 0, err
-    points = json.loads(out)["points"]
+    points = json.loads(out)["curves"][0]["points"]  # the lru curve; belady (headroom) follows
     trace = read_trace(small_trace)
     caps = [p["capacity"] for p in points]
     assert len(points) == 4 and caps == sorted(caps) and caps[-1] == trace.n_blocks

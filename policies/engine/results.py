@@ -124,7 +124,31 @@ def check_results(payload: Any, where: str) -> Any:
                 for name, value in window.items():
                     if isinstance(value, float) and not math.isfinite(value):
                         raise PolicyResultsError(f"{where}: {key}[{j}].{name} is {value!r}, not a finite number")
+        problem = _curves_problem(payload.get("curves"))
+        if problem is not None:
+            raise PolicyResultsError(f"{where}: {problem} (as `sitsprof policy mrc --json` writes)")
     return payload
+
+
+def _curves_problem(curves) -> str | None:
+    """What is wrong with the optional `curves` (hit-ratio curves), or None."""
+    if curves is None:
+        return None
+    if not isinstance(curves, list):
+        return "curves must be a list of curves"
+    for i, curve in enumerate(curves):
+        if not isinstance(curve, dict) or not isinstance(curve.get("policy"), str):
+            return f"curves[{i}] must be an object with a policy name"
+        points = curve.get("points")
+        if not isinstance(points, list) or any(not isinstance(p, dict) for p in points):
+            return f"curves[{i}].points must be a list of objects"
+        for j, point in enumerate(points):
+            capacity, ratio = point.get("capacity"), point.get("hit_ratio")
+            if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+                return f"curves[{i}].points[{j}].capacity must be a block count >= 1, got {str(capacity)[:40]!r}"
+            if not _is_number(ratio) or not 0 <= ratio <= 1:
+                return f"curves[{i}].points[{j}].hit_ratio must be a ratio in [0, 1], got {str(ratio)[:40]!r}"
+    return None
 
 
 #: Row fields the report plots or tabulates, and what each must be when present.
