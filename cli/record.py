@@ -21,18 +21,23 @@ from sitsprof.common import jsonout
               help="NVML counter groups, comma separated (default: clocks,power,temperature,utilization,"
                    "event_reasons,memory; also: fields). Fewer groups, faster reads.")
 @click.option("--gpm/--no-gpm", default=True, show_default=True,
-              help="GPM sampler (Hopper+, every 100 ms; skipped if unsupported).")
+              help="GPM sampler (Hopper+; skipped if unsupported).")
+@click.option("--gpm-interval", default="200ms", show_default=True,
+              help="GPM sampling interval (100ms or more: NVML needs more than 100 ms between GPM samples).")
 @click.option("--cupti/--no-cupti", default=False, show_default=True,
               help="CUPTI PM sampler (L2, DRAM; needs cupti-python>=13.3).")
 @click.option("--cupti-interval", default="100us", show_default=True,
               help="CUPTI PM sampling interval (10us works for short windows; its overflow is reported).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(duration, parent, name, device, clock_mode, sm, memory, interval, nvml_groups, gpm, cupti, cupti_interval,
-           command):
+def record(duration, parent, name, device, clock_mode, sm, memory, interval, nvml_groups, gpm, gpm_interval, cupti,
+           cupti_interval, command):
     """Run COMMAND under the samplers and write a run directory (sitsprof record --duration 10s -- python train.py)."""
+    from sitsprof.collectors.gpm_sampler import check_interval
     from sitsprof.collectors.record import check_workload
     from sitsprof.collectors.record import record as do_record
     from sitsprof.common.durations import parse_duration
+
+    gpm_interval_s = check_interval(parse_duration(gpm_interval, positive=True))  # refused before anything is made
 
     command = list(command)
     if command and command[0] == "--":
@@ -42,7 +47,7 @@ def record(duration, parent, name, device, clock_mode, sm, memory, interval, nvm
         device_index=device, clocks=clock_mode, sm=sm, memory=memory,
         nvml_interval_s=parse_duration(interval, positive=True),
         nvml_groups=nvml_groups.split(",") if nvml_groups else None,
-        gpm=gpm, cupti=cupti,
+        gpm=gpm, gpm_interval_s=gpm_interval_s, cupti=cupti,
         cupti_interval_ns=int(round(parse_duration(cupti_interval, positive=True) * 1e9)),
         require=("cupti_pm",) if cupti else (),
         on_start=lambda r: click.echo(f"sitsprof: recording into {r.path}", err=True),

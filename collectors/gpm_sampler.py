@@ -13,6 +13,16 @@ from sitsprof.collectors.sampler import PeriodicSampler
 from sitsprof.pmu.gpm import DEFAULT_INTERVAL_S, MIN_INTERVAL_S
 
 
+def check_interval(interval_s: float) -> float:
+    """`interval_s` if GPM can sample at it; else the one-line SamplerError (exit status 2)."""
+    if not interval_s >= MIN_INTERVAL_S:
+        raise SamplerError(
+            f"gpm: interval {interval_s * 1e3:g} ms is below its minimum of {MIN_INTERVAL_S * 1e3:g} ms "
+            f"(NVML needs more than 100 ms between GPM samples); use 100ms or more (default "
+            f"{DEFAULT_INTERVAL_S * 1e3:g}ms)")
+    return interval_s
+
+
 class GpmSampler(PeriodicSampler):
     """GPM metrics of one GPU; `device_index` is the CUDA index (`pmu.device.choose_device`)."""
 
@@ -21,11 +31,8 @@ class GpmSampler(PeriodicSampler):
 
     def __init__(self, device_index: int = 0, interval_s: float = DEFAULT_INTERVAL_S,
                  metrics: dict[str, int] | None = None):
-        if 0 < interval_s < MIN_INTERVAL_S:
-            raise SamplerError(
-                f"gpm: interval {interval_s * 1e3:g} ms is below its minimum of {MIN_INTERVAL_S * 1e3:g} ms "
-                f"(NVML needs more than 100 ms between GPM samples); use 100ms or more (default "
-                f"{DEFAULT_INTERVAL_S * 1e3:g}ms)")
+        if interval_s > 0:
+            check_interval(interval_s)
         super().__init__(interval_s)
         self.device_index = device_index
         self.metrics = metrics

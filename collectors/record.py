@@ -85,8 +85,8 @@ def _run_workload(command, duration_s, grace_s: float = 5.0) -> dict:
 
 def record(command=None, duration_s: float | None = None, parent="runs", name: str | None = None,
            device_index: int = 0, clocks: str = "none", sm="max", memory=None,
-           nvml_interval_s: float = 0.01, nvml_groups=None, gpm: bool = True, cupti: bool = False,
-           cupti_interval_ns: int = 100_000, flush_every_s: float = 1.0, require=(),
+           nvml_interval_s: float = 0.01, nvml_groups=None, gpm: bool = True, gpm_interval_s: float = 0.2,
+           cupti: bool = False, cupti_interval_ns: int = 100_000, flush_every_s: float = 1.0, require=(),
            on_start=None) -> tuple[RunDirectory, dict]:
     """`sitsprof record`: returns (run, workload result). GPM and CUPTI are skipped with the
     reason when unavailable, unless named in `require`."""
@@ -98,6 +98,7 @@ def record(command=None, duration_s: float | None = None, parent="runs", name: s
     workload = {"command": command, "duration_limit_s": duration_s}
     with recording(parent, name, "record", {"workload": workload}, device_index, clocks=clocks, sm=sm,
                    memory=memory, nvml_interval_s=nvml_interval_s, nvml_groups=nvml_groups, gpm=gpm,
+                   gpm_interval_s=gpm_interval_s,
                    cupti=cupti, cupti_interval_ns=cupti_interval_ns, flush_every_s=flush_every_s,
                    optional=tuple(n for n in ("gpm", "cupti_pm") if n not in require)) as rec:
         if on_start is not None:

@@ -45,6 +45,7 @@ class Recording:
 @contextmanager
 def recording(parent, name: str | None, kind: str, meta: dict, device_index: int = 0, clocks: str = "none",
               sm="max", memory=None, nvml_interval_s: float = 0.01, nvml_groups=None, gpm: bool = True,
+              gpm_interval_s: float = 0.2,
               cupti: bool = False, cupti_interval_ns: int = 100_000, flush_every_s: float = 1.0,
               optional: tuple[str, ...] = ()):
     """Record into a new run directory `parent/name` for the duration of the block; yields a `Recording`.
@@ -68,7 +69,7 @@ def recording(parent, name: str | None, kind: str, meta: dict, device_index: int
             try:
                 with locked_clocks(choice.nvml_index, sm=sm, memory=memory, mode=clocks) as session:
                     run.update_meta(clocks=session.to_dict(), clock_sync=clock_sync(device_index if cupti else None))
-                    samplers = build_samplers(device_index, nvml_interval_s, gpm, cupti=cupti,
+                    samplers = build_samplers(device_index, nvml_interval_s, gpm, gpm_interval_s, cupti=cupti,
                                               cupti_interval_ns=cupti_interval_ns, nvml_groups=nvml_groups)
                     recorder = Recorder(run, samplers, flush_every_s)
                     recorder.start(optional=optional)

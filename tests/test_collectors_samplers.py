@@ -186,3 +186,18 @@ def test_nvml_series_unsupported_is_reported_not_fatal(tmp_path):
         fake_nvml.uninstall()
     assert sampler.drain() == {}
     assert set(sampler.describe()["unsupported_series"]) == {"power_w", "gpu_util_pct", "memory_util_pct"}
+
+
+def test_record_refuses_a_gpm_interval_below_100ms_before_making_anything(fake_gpu, tmp_path, cli):
+    """Issue 10 item 10: `record --gpm-interval 50ms` is refused in one line, exit status 2, no run
+    directory made; `--gpm-interval 300ms` reaches the GPM sampler."""
+    code, out, err = cli("record", "--duration", "0.3s", "--gpm-interval", "50ms", "--out", str(tmp_path / "a"))
+    assert code == 2 and "below its minimum of 100 ms" in err and "use 100ms or more" in err
+    assert len([line for line in err.splitlines() if line.strip()]) == 1
+    assert not (tmp_path / "a").exists()
+    code, out, err = cli("record", "--duration", "0.5s", "--gpm-interval", "300ms", "--out", str(tmp_path / "b"),
+                         "--name", "r")
+    assert code == 0, err
+    from sitsprof.collectors.rundir import open_run
+
+    assert open_run(tmp_path / "b" / "r").meta["samplers"]["gpm"]["interval_s"] == 0.3
