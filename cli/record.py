@@ -7,7 +7,9 @@ from sitsprof.common import jsonout
 
 
 @click.command("record", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--duration", default=None, help="Stop after this long (10s, 500ms, 2m); the command gets SIGTERM.")
+@click.option("--duration", default=None,
+              help="Stop after this long (10s, 500ms, 2m); the command and its children get SIGTERM "
+                   "(SIGKILL 5 s later).")
 @click.option("--out", "parent", default="runs", show_default=True, type=click.Path(file_okay=False),
               help="Folder for run directories.")
 @click.option("--name", default=None, help="Run directory name (default: run-<UTC time>-<random>).")

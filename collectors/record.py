@@ -4,7 +4,10 @@ The child is tied to sitsprof (it gets SIGTERM if sitsprof dies, even by SIGKILL
 taken down when sitsprof is interrupted), so locked clocks are never left serving a workload
 nobody is recording. It runs in its own process group, and stopping it (on --duration or an
 interruption) stops the whole group: a shell script's children, a launcher's workers, not only
-the direct child. The run directory, clocks and samplers come from `recording()`.
+the direct child. (A group of its own is not the terminal's foreground group: Ctrl-C reaches
+sitsprof, which stops the workload, and a workload that reads the terminal would be stopped by
+SIGTTIN, so a recorded command should not be interactive.) The run directory, clocks and
+samplers come from `recording()`.
 """
 from __future__ import annotations
 
