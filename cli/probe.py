@@ -12,7 +12,8 @@ import sys
 import click
 
 _DEVICE_OPTS = [
-    click.option("--device", "index", type=int, default=0, show_default=True, help="GPU index."),
+    click.option("--device", "index", type=int, default=0, show_default=True,
+                 help="CUDA device index (NVML's order may differ: see cuda_index in `sitsprof devices --json`)."),
     click.option("--out", "parent", default="runs", show_default=True, type=click.Path(file_okay=False),
                  help="Folder for run directories."),
     click.option("--name", default=None, help="Run directory name (default: run-<UTC time>-<random>)."),

@@ -13,7 +13,8 @@ from sitsprof.common import jsonout
 @click.option("--out", "parent", default="runs", show_default=True, type=click.Path(file_okay=False),
               help="Folder for run directories.")
 @click.option("--name", default=None, help="Run directory name (default: run-<UTC time>-<random>).")
-@click.option("--device", type=int, default=0, show_default=True, help="GPU index.")
+@click.option("--device", type=int, default=0, show_default=True,
+              help="CUDA device index (NVML's order may differ: see cuda_index in `sitsprof devices --json`).")
 @click.option("--clocks", "clock_mode", type=click.Choice(["none", "lock"]), default="none", show_default=True,
               help="lock: pin clocks for the run and restore them after (root); none: record their drift.")
 @click.option("--sm", default="max", show_default=True, help="SM clock with --clocks lock: max, base, tdp or MHz.")
