@@ -158,26 +158,33 @@ def mrc_cmd(trace_path, policy_text, points, spacing, sample_text, no_headroom, 
     if as_json:
         emit_json(document([], trace=trace_summary(trace, trace_path, fmt), curves=[c.to_dict() for c in curves]))
         return
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"Hit-ratio curves of {trace_path} ({len(trace):,} references, "
-                        f"{trace.n_blocks:,} distinct blocks)", title_justify="left")
+    table = Table(title=f"Block hit ratio per capacity, {trace_path} ({len(trace):,} references, "
+                        f"{trace.n_blocks:,} distinct blocks)", title_justify="left",
+                  box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
     for name in ("capacity", "% of blocks"):
         table.add_column(name, justify="right", no_wrap=True)
     for c in curves:
-        table.add_column(f"{c.policy} hit ratio" + (" (headroom)" if c.policy == "belady" else ""),
-                         justify="right", no_wrap=True)
+        # min_width keeps every figure whole when many policies share the width; headers wrap
+        table.add_column("belady (headroom)" if c.policy == "belady" else c.policy, justify="right", min_width=6,
+                         overflow="fold")
     for i, cap in enumerate(caps):
         table.add_row(f"{int(cap):,}", f"{100 * cap / max(trace.n_blocks, 1):.2f}",
                       *(f"{c.hit_ratios[i]:.4f}" for c in curves))
     stdout_console().print(table)
+    how = {"stack-distance": "exact (one stack-distance pass)", "replay": "exact (a full replay per point)"}
+    lines: dict[str, list[str]] = {}
     for c in curves:
         if c.method == "shards":
-            stdout_console().print(f"{c.policy}: sampled (SHARDS), rates {c.rates.min():.3g} to {c.rates.max():.3g} "
-                                   "of the blocks; see --help for its measured error")
+            note = (f"sampled (SHARDS), {c.rates.min():.3g} to {c.rates.max():.3g} of the blocks a point; "
+                    "see --help for its measured error")
         else:
-            how = "one stack-distance pass" if c.method == "stack-distance" else "a full replay per point"
-            stdout_console().print(f"{c.policy}: exact ({how})")
+            note = how[c.method]
+        lines.setdefault(note, []).append(c.policy)
+    for note, policies in lines.items():
+        stdout_console().print(f"{', '.join(policies)}: {note}")
 
 
 @click.command("list")

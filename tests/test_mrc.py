@@ -235,11 +235,15 @@ def test_mrc_table_shows_the_headroom_column(cli, tmp_path):
     generator.write_mooncake_jsonl(generator.generate_requests(seed=3, duration_s=200), path)
     code, out, err = cli("policy", "mrc", str(path), "--points", "4")
     assert code == 0, err
-    assert "lru hit ratio" in out and "belady hit ratio (headroom)" in out and "lru: exact" in out
+    assert "Block hit ratio per capacity" in out and "belady (headroom)" in out
+    assert "lru: exact (one stack-distance pass)" in out and "belady: exact (a full replay per point)" in out
     code, out, err = cli("policy", "mrc", str(path), "--points", "4", "--no-headroom", "-p", "s3fifo",
                          "--sample", "0.2")
     assert code == 0, err
     assert "belady" not in out and "s3fifo: sampled (SHARDS)" in out
+    code, out, err = cli("policy", "mrc", str(path), "--points", "3", "-p", "arc,s3fifo", "--sample", "0.2")
+    assert code == 0, err
+    assert "arc, s3fifo, belady: sampled (SHARDS)" in out
 
 
 def test_results_reader_checks_curves(tmp_path):
