@@ -11,9 +11,15 @@ import click
 def export(port: int, bind: str, gpm: bool) -> None:
     """Serve NVML (and GPM) gauges at http://BIND:PORT/metrics until interrupted."""
     from sitsprof.collectors.exporter import serve_until_interrupted
+    from sitsprof.common.httpserve import exposure_warning, url
 
-    serve_until_interrupted(port, bind, gpm=gpm, on_ready=lambda actual: click.echo(
-        f"sitsprof: serving metrics on http://{bind}:{actual}/metrics (Ctrl-C to stop)", err=True))
+    def ready(actual: int) -> None:
+        click.echo(f"sitsprof: serving metrics on {url(bind, actual)} (Ctrl-C to stop)", err=True)
+        warning = exposure_warning(bind)
+        if warning:
+            click.echo(warning, err=True)
+
+    serve_until_interrupted(port, bind, gpm=gpm, on_ready=ready)
 
 
 COMMANDS = [export]

@@ -4,7 +4,8 @@ Metric names follow dcgm-exporter's default counters (`DCGM_FI_DEV_SM_CLOCK`, ..
 labels `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName` and `Hostname`, so existing
 dashboards work; the values come from NVML, read at scrape time. GPM metrics
 (`DCGM_FI_PROF_*`, ratios 0..1) come from a background reader per GPU, since GPM needs two
-samples at least 100 ms apart; they are absent where GPM is not supported.
+samples at least 100 ms apart; they are absent where GPM is not supported. The HTTP side is
+`sitsprof.common.httpserve`'s bounded server (threads and idle connections bounded).
 """
 from __future__ import annotations
 
@@ -24,9 +25,12 @@ _GAUGES = (
     ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "Current clock event (throttle) reasons, nvmlClocksEventReason bitmask."),
 )
 _GPM_GAUGES = (
-    ("DCGM_FI_PROF_DRAM_ACTIVE", "gpm_dram_bw_util_pct", "Ratio of cycles the device memory interface is active (GPM DRAM_BW_UTIL / 100)."),
-    ("DCGM_FI_PROF_SM_ACTIVE", "gpm_sm_util_pct", "Ratio of cycles an SM has at least one warp assigned (GPM SM_UTIL / 100)."),
-    ("DCGM_FI_PROF_SM_OCCUPANCY", "gpm_sm_occupancy_pct", "Ratio of resident warps to the maximum (GPM SM_OCCUPANCY / 100)."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gpm_dram_bw_util_pct",
+     "Ratio of cycles the device memory interface is active (GPM DRAM_BW_UTIL / 100)."),
+    ("DCGM_FI_PROF_SM_ACTIVE", "gpm_sm_util_pct",
+     "Ratio of cycles an SM has at least one warp assigned (GPM SM_UTIL / 100)."),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "gpm_sm_occupancy_pct",
+     "Ratio of resident warps to the maximum (GPM SM_OCCUPANCY / 100)."),
 )
 LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
 
@@ -138,15 +142,16 @@ class NvmlCollector:
 
 def serve(port: int = 9400, bind: str = "127.0.0.1", devices=None, gpm: bool = True, gpm_interval_s: float = 1.0):
     """Start the exporter on a daemon thread; returns (server, collector). `server.server_port` is the port."""
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
 
     from sitsprof.collectors.errors import CollectorError
+    from sitsprof.common.httpserve import start_metrics_server
 
     collector = NvmlCollector(devices, gpm=gpm, gpm_interval_s=gpm_interval_s)
     registry = CollectorRegistry()
     registry.register(collector)
     try:
-        server, _thread = start_http_server(port, addr=bind, registry=registry)
+        server, _thread = start_metrics_server(registry, port, bind)
     except OSError as exc:
         collector.close()
         raise CollectorError(f"cannot listen on {bind}:{port}: {exc.strerror or exc}") from None
@@ -164,4 +169,5 @@ def serve_until_interrupted(port: int = 9400, bind: str = "127.0.0.1", gpm: bool
         threading.Event().wait()
     finally:
         server.shutdown()
+        server.server_close()
         collector.close()

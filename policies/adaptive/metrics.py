@@ -9,7 +9,8 @@ Per (policy, capacity) result, labelled ``policy`` and ``capacity``:
 - ``ttft_p99_seconds``: the cost model's P99 time to first token;
 - ``sits_behaviour_switches``: SITS behaviour changes (SITS runs only).
 
-`serve` exposes them over HTTP with prometheus-client, bound to 127.0.0.1 unless told
+`serve` exposes them over HTTP on the bounded server of `sitsprof.common.httpserve` (bounded
+threads, idle connections closed, a listen backlog of 128), bound to 127.0.0.1 unless told
 otherwise. prometheus-client is imported lazily.
 """
 from __future__ import annotations
@@ -70,9 +71,9 @@ def exposition(registry) -> str:
 
 def serve(registry, port: int = DEFAULT_PORT, addr: str = DEFAULT_ADDR):
     """Serve `registry` over HTTP; returns (server, thread). Port 0 picks a free port."""
-    from prometheus_client import start_http_server
+    from sitsprof.common.httpserve import start_metrics_server
 
     try:
-        return start_http_server(port, addr=addr, registry=registry)
+        return start_metrics_server(registry, port, addr)
     except OSError as exc:
         raise PolicyEngineError(f"cannot serve metrics on {addr}:{port}: {exc.strerror or exc}") from None
