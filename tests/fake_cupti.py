@@ -546,6 +546,7 @@ def _profiler_host(cc, gpu: FakeGpu) -> types.ModuleType:
         return list(gpu.sets[set_name])
 
     def get_num_of_passes(config_image):
+        gpu._check_fail("get_num_of_passes")
         if len(config_image) == 0:
             raise ValueError("config_image must be non-empty")
         return gpu._passes(bytes(config_image).decode().split("\0"))

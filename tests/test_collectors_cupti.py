@@ -205,6 +205,20 @@ def test_metrics_that_need_two_passes_are_named_against_the_single_pass_sets(cup
     assert not gpu.enabled
 
 
+def test_a_pass_count_cupti_cannot_give_leaves_the_decision_to_configure(cupti):
+    """Issue 10.5: the pre-check never blocks a configuration CUPTI would take: where
+    get_num_of_passes fails, sampling starts (configure still refuses a multi-pass list)."""
+    gpu = cupti(fail={"get_num_of_passes": Result.ERROR_UNKNOWN})
+    session = cupti_pm.PmSamplingSession(0)
+    session.start()
+    try:
+        assert gpu.started and "get_num_of_passes" in gpu.calls
+    finally:
+        session.stop()
+        session.close()
+    assert not gpu.enabled
+
+
 def test_single_pass_sets_are_listed_per_device(cupti):
     """Issue 10.5 (and the device check's listing): the chip's single-pass sets with their metrics."""
     cupti()
