@@ -108,7 +108,10 @@ class Recorder:
 
     def _write_loop(self) -> None:
         while not self._stop.wait(self.flush_every_s):
-            self.flush()
+            try:
+                self.flush()
+            except Exception as exc:  # noqa: BLE001 - the writer outlives any one flush
+                self._failed(None, exc)
 
     def stop(self) -> dict:
         """Stop the samplers, flush the rest, record final stats; returns them. Rows that still
