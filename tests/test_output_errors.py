@@ -106,10 +106,14 @@ def test_output_under_a_file(cli, probe_run, tmp_path, command):
 def test_output_on_a_read_only_folder(cli, probe_run, readonly_dir, command):
     """12.3: a read-only file system (or, not as root, a folder without write permission)."""
     code, _, err = cli(*_commands(probe_run, readonly_dir / "out")[command])
-    if command == "demo" and "--out" in err:  # click's own check of a folder it cannot write
-        assert code == 2 and err.count("\n") == 1
-        return
     _one_line(code, err, str(readonly_dir / "out"), "write elsewhere")
+
+
+def test_demo_out_is_a_read_only_folder(cli, readonly_dir):
+    """12.3: `demo --out` naming the read-only folder itself: one line, exit 2 (was exit 1)."""
+    code, _, err = cli("demo", "--duration", "20", "--policy", "lru", "--out", str(readonly_dir))
+    assert code == 2 and err.count("\n") == 1 and "internal error" not in err, err
+    assert str(readonly_dir) in err
 
 
 @pytest.mark.parametrize("command", COMMANDS)
