@@ -266,4 +266,51 @@ def validate_calibration(obj: Any) -> dict:
         if frac > 1:
             _fail("compute.achieved_fraction", f"must be at most 1, got {frac:g}")
         _check_source(compute, "compute", kind, ids)
+    if "replacement_delay" in obj:
+        _replacement_delay(obj["replacement_delay"])
     return obj
+
+
+def _replacement_delay(value: Any) -> None:
+    """``replacement_delay`` (optional; docs/replacement-delay.md): ``unit``, and ``levels``, each
+    with ``level``, ``bandwidth_fraction``, ``hit_cycles``, ``residency`` (``time_ns`` or null,
+    ``bound``, ``curve`` of ``resident_fraction`` in 0..1) and ``delay`` (null when no re-touch
+    missed, else ``quantiles`` (may be negative: a miss faster than the median hit),
+    ``samples`` and ``histogram``)."""
+    field = "replacement_delay"
+    entry = _obj(value, field)
+    if _need(entry, "unit", field) not in LATENCY_UNITS:
+        _fail(f"{field}.unit", f"must be one of {', '.join(LATENCY_UNITS)}")
+    levels = _need(entry, "levels", field)
+    if not isinstance(levels, list):
+        _fail(f"{field}.levels", "must be a list")
+    for i, lv in enumerate(levels):
+        f = f"{field}.levels[{i}]"
+        lv = _obj(lv, f)
+        level = _need(lv, "level", f)
+        if isinstance(level, bool) or not isinstance(level, int) or level < 0:
+            _fail(f"{f}.level", f"must be a non-negative integer, got {level!r}")
+        frac = _number(_need(lv, "bandwidth_fraction", f), f"{f}.bandwidth_fraction")
+        if frac > 1.5:
+            _fail(f"{f}.bandwidth_fraction", f"{frac:g} is not a fraction of peak (0..1.5)")
+        _number(_need(lv, "hit_cycles", f), f"{f}.hit_cycles", strict=True)
+        residency = _obj(_need(lv, "residency", f), f"{f}.residency")
+        if residency.get("time_ns") is not None:
+            _number(residency["time_ns"], f"{f}.residency.time_ns")
+        for j, point in enumerate(residency.get("curve", [])):
+            pf = f"{f}.residency.curve[{j}]"
+            r = _number(_need(_obj(point, pf), "resident_fraction", pf), f"{pf}.resident_fraction")
+            if r > 1:
+                _fail(f"{pf}.resident_fraction", f"must be at most 1, got {r:g}")
+        delay = _need(lv, "delay", f)
+        if delay is not None:
+            delay = _obj(delay, f"{f}.delay")
+            q = _obj(_need(delay, "quantiles", f"{f}.delay"), f"{f}.delay.quantiles")
+            previous = None
+            for key in QUANTILE_KEYS:
+                if key in q:
+                    v = _number(q[key], f"{f}.delay.quantiles.{key}", minimum=-1e6)
+                    if previous is not None and v < previous:
+                        _fail(f"{f}.delay.quantiles.{key}", "quantiles must not decrease")
+                    previous = v
+            _histogram(delay.get("histogram"), f"{f}.delay.histogram")

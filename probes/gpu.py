@@ -8,10 +8,10 @@ Every plan is validated against the device (`plan.validate`) before the first la
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import cache
-from typing import Callable
 
 import numpy as np
 
@@ -19,8 +19,7 @@ from sitsprof.pmu.errors import NoGpuError
 
 from . import tables
 from .kernels import NVCC_OPTIONS, kernel_constants, kernel_source
-from .plan import (LINE_BYTES, BandwidthPlan, ChaseSweep, DeviceLimits, LatencyPlan, LoadedPlan, StreamConfig,
-                   TlbPlan)
+from .plan import LINE_BYTES, BandwidthPlan, ChaseSweep, DeviceLimits, LatencyPlan, LoadedPlan, StreamConfig, TlbPlan
 
 Progress = Callable[[int], None]  # advance(n) callback
 U64_MAX = np.uint64(2**64 - 1)
@@ -270,10 +269,10 @@ class Probes:
             for kernel in plan.kernels:
                 fn = self.kernel("bandwidth", f"bw_{kernel}")
 
-                def launch(which: int, fn=fn, a=args[kernel], kernel=kernel):
+                def launch(which: int, fn=fn, a=args[kernel], kernel=kernel, grid=grid, threads=cfg.threads):
                     counter = work[which:which + 1]
                     with stream:
-                        fn((grid,), (cfg.threads,), a + (counter,) + ((self._sink,) if kernel == "read" else ()))
+                        fn((grid,), (threads,), a + (counter,) + ((self._sink,) if kernel == "read" else ()))
 
                 for rep in range(plan.reps):
                     work.fill(0)
@@ -447,8 +446,8 @@ class Probes:
             loaded = level > 0
             common = {"level": np.int64(level), "target_fraction": float(target), "throttle_ns": np.int64(sleep)}
 
-            def saturator(ctl, stats, sleep=sleep):
-                self._saturate(cfg, sat, nvec, sleep, below, ctl, stats, plan.max_ns, sat_shared)
+            def saturator(ctl, stats, sleep=sleep, bufs=sat):
+                self._saturate(cfg, bufs, nvec, sleep, below, ctl, stats, plan.max_ns, sat_shared)
 
             for access in ("hbm", "retouch"):
                 for attempt in range(attempts):
@@ -459,7 +458,7 @@ class Probes:
                         hbm_launches += 1
                         lat = cp.empty(plan.samples, dtype=cp.uint32)
 
-                        def launch(grid, ctl, stats, tsm, start=start, lat=lat):
+                        def launch(grid, ctl, stats, tsm, start=start, lat=lat, wait=wait, tail=tail):
                             hbm_fn((grid,), (1,), (np.uint64(start), np.uint32(hbm_warm), np.uint32(plan.samples),
                                                    lat, self._sink, ctl, stats, np.uint32(tsm), wait) + tail)
                     else:
@@ -467,7 +466,8 @@ class Probes:
                         hot_lat = cp.empty(plan.hot_samples, dtype=cp.uint32)
                         hot_n = cp.zeros(1, dtype=cp.uint32)
 
-                        def launch(grid, ctl, stats, tsm, bufs=bufs, hot_lat=hot_lat, hot_n=hot_n):
+                        def launch(grid, ctl, stats, tsm, bufs=bufs, hot_lat=hot_lat, hot_n=hot_n, wait=wait,
+                                   tail=tail):
                             ret_fn((grid,), (1,), (np.uint64(ret_start), np.uint32(per_round), np.uint32(rounds),
                                                    interval_dev, *bufs, np.uint64(hot_start),
                                                    np.uint32(2 * hot_lines), np.uint32(plan.hot_samples), hot_lat,
@@ -496,7 +496,7 @@ class Probes:
                     if cols["valid"]:
                         break
             progress(1)
-        del sat, hbm_buf, ret_buf, hot_buf
+        sat = hbm_buf = ret_buf = hot_buf = None  # free the buffers (the closures above name `sat`)
         cp.get_default_memory_pool().free_all_blocks()
         table = pd.concat(frames, ignore_index=True)
         for col, fill in (("round", -1), ("interval_ns", -1), ("age_cycles", -1)):

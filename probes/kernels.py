@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from .errors import CompileError
@@ -58,7 +58,7 @@ def kernel_source(name: str) -> str:
     return expand(path.read_text())
 
 
-@lru_cache(maxsize=None)
+@cache
 def kernel_constants() -> dict[str, int]:
     """The integer `#define`s of kernels/*.cu and *.cuh, by name.
 

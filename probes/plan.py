@@ -331,7 +331,7 @@ class LoadedPlan:
         return (self.hbm_footprint + self.retouch_bytes + self.hot_bytes + copies * self.saturator_bytes
                 + ring_bytes(lines) + 8 * (self.samples + self.hot_samples) + 16 * self.retouch_samples)
 
-    def for_device(self, device: DeviceLimits) -> "LoadedPlan":
+    def for_device(self, device: DeviceLimits) -> LoadedPlan:
         """The plan with the saturator spread over every SM (the probe's SM is left by placement)."""
         if self.saturator.active_sms:
             return self
@@ -370,8 +370,9 @@ class LoadedPlan:
                             f"{device.sm_count}")
         self.saturator.validate(device, "the saturator")
         if self.saturator.blocks_per_sm * self.saturator.threads + 32 > MAX_THREADS_PER_SM:
-            raise PlanError(f"the saturator's {self.saturator.blocks_per_sm} blocks of {self.saturator.threads} threads "
-                            f"leave no room for the probe's warp on an SM ({MAX_THREADS_PER_SM} threads at most)")
+            raise PlanError(f"the saturator's {self.saturator.blocks_per_sm} blocks of {self.saturator.threads} "
+                            f"threads leave no room for the probe's warp on an SM ({MAX_THREADS_PER_SM} threads "
+                            "at most)")
         if self.saturator_kind not in ("read", "copy"):
             raise PlanError(f"saturator {self.saturator_kind!r}: use read or copy")
         if len(self.targets) < 1 or any(not 0 < t <= 1 for t in self.targets):

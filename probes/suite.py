@@ -8,14 +8,23 @@ footprints up to twice the L2, and the kernel compiles.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 from sitsprof.common.sizes import GiB, KiB, MiB, format_size, parse_size
 
-from .plan import (TLB_SKEW, BandwidthPlan, ChaseSweep, DeviceLimits, LatencyPlan, LoadedPlan, StreamConfig, TlbPlan,
-                   geometric_sizes)
+from .plan import (
+    TLB_SKEW,
+    BandwidthPlan,
+    ChaseSweep,
+    DeviceLimits,
+    LatencyPlan,
+    LoadedPlan,
+    StreamConfig,
+    TlbPlan,
+    geometric_sizes,
+)
 
 SUITES = ("quick", "full")
 PARTS = ("latency", "tlb", "bandwidth", "loaded")

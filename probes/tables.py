@@ -11,6 +11,7 @@ import numpy as np
 
 from .errors import ProbeError
 
+
 # -- the chase ring -------------------------------------------------------------------------
 def ring_order(n: int, seed: int = 0) -> np.ndarray:
     """A random permutation of 0..n-1: link order[i] points to order[i+1], the last to the first."""

@@ -8,9 +8,11 @@ docs/run-directory.md) and computes, with exact quantiles over every sample:
 * TLB sweep: per stride and footprint, and the latency steps;
 * bandwidth against intensity, with the device-to-device memcpy in the same run;
 * loaded latency: per load level and access kind quantiles against the achieved bandwidth
-  fraction, with the fitted queueing curve (`reports/queueing.py`); replacement delay per
-  level (re-touch latency minus the unloaded L2-hit latency) as a distribution, and the share of
-  re-touches the saturator evicted;
+  fraction, with the fitted queueing curve (`reports/queueing.py`), over the valid chases only
+  (invalid ones and the levels they leave incomplete are counted in `notes`); replacement delay
+  per level (a missed re-touch's latency minus the same-load hot-set hit latency) as a
+  distribution, the share of re-touches evicted, and the L2 residency curve and time
+  (`reports/replacement.py`, docs/replacement-delay.md);
 * sampler timelines (downsampled) with the probe phases, and the SM clock drift.
 
 Parts that a run lacks are listed in `RunAnalysis.missing` rather than failing.
@@ -90,6 +92,8 @@ class Tier:
     footprint_lo: int
     footprint_hi: int
     dist: Distribution
+    #: median of the tier's samples in ns, each converted at its own chase's clock (latency_ns)
+    p50_ns: float = float("nan")
 
 
 @dataclass
@@ -112,8 +116,13 @@ class RunAnalysis:
     loaded: Any = None              # DataFrame: level, access, bandwidth_fraction, count, p50.., evicted_fraction
     loaded_fits: dict = field(default_factory=dict)   # (access, quantile) -> QueueingFit
     loaded_dists: dict = field(default_factory=dict)  # (access, level) -> Distribution
-    replacement: dict = field(default_factory=dict)   # level -> Distribution of extra cycles
-    replacement_baseline: tuple[str, float] | None = None
+    replacement: dict = field(default_factory=dict)   # level -> Distribution of a missed re-touch's extra cycles
+    replacement_baseline: tuple[str, float] | None = None  # (what, first level's same-load hit median)
+    replacement_levels: Any = None  # DataFrame per level: hit_p50, miss_p50, cut, misses, delay_p50.., residency_ns
+    residency: dict = field(default_factory=dict)     # level -> DataFrame: interval_ns, age_ns, samples, resident_
+    #                                                    fraction (the L2 residency curve)
+    loaded_invalid: list[dict] = field(default_factory=list)  # invalid chases: level, access, reason
+    loaded_excluded_levels: list[int] = field(default_factory=list)
     samplers: dict = field(default_factory=dict)      # name -> {"t": array, "series": {col: array}}
     phases: list[dict] = field(default_factory=list)
     phases_aligned: bool = False    # phase times anchored to the samplers' clock (else: at the first sample)
@@ -210,8 +219,13 @@ def ladder_tiers(res: RunAnalysis, frame, first: str = "l1"):
         parts = [groups[i][1] for i in range(seg.start, seg.stop)]
         # Merging sorted runs: the stable sort (timsort/radix) is near linear here.
         values = np.sort(np.concatenate(parts), kind="stable") if parts else np.array([], dtype=np.float32)
-        tiers.append(Tier(seg.name, seg.label, seg.footprint_lo, seg.footprint_hi,
-                          Distribution.of(values, presorted=True)))
+        tier = Tier(seg.name, seg.label, seg.footprint_lo, seg.footprint_hi, Distribution.of(values, presorted=True))
+        if "latency_ns" in frame.columns:
+            fps = frame[fp_col].to_numpy()
+            ns = frame["latency_ns"].to_numpy()[(fps >= seg.footprint_lo) & (fps <= seg.footprint_hi)]
+            ns = ns[np.isfinite(ns)]
+            tier.p50_ns = float(np.median(ns)) if ns.size else float("nan")
+        tiers.append(tier)
     return table, tiers
 
 
@@ -267,6 +281,36 @@ def _bandwidth(res: RunAnalysis, frame) -> None:
     res.bandwidth = agg
 
 
+def _valid_loaded(res: RunAnalysis, frame):
+    """The rows of valid chases (raw `valid` column: the probe's window inside the saturator's,
+    on the baseline's SM), with the invalid chases listed and the levels left without a valid
+    chase of some access excluded whole; both counted in the notes."""
+    if "valid" not in frame.columns:
+        return frame
+    lcol, acol = column(frame, "level"), column(frame, "access")
+    keys = [lcol, acol] + (["attempt"] if "attempt" in frame.columns else [])
+    ok = frame["valid"].to_numpy(dtype=bool)
+    chases = frame.groupby(keys, sort=True).agg(valid=("valid", "first"),
+                                                reason=("invalid_reason", "first") if "invalid_reason" in frame
+                                                else ("valid", "first")).reset_index()
+    bad = chases[~chases["valid"].astype(bool)]
+    res.loaded_invalid = [{"level": int(r[lcol]), "access": str(r[acol]), "reason": str(r["reason"])}
+                          for _, r in bad.iterrows()]
+    have = {(int(lv), str(a)) for lv, a in zip(frame.loc[ok, lcol], frame.loc[ok, acol])}
+    wanted = {(int(lv), str(a)) for lv, a in zip(chases[lcol], chases[acol])}
+    dropped = sorted({lv for lv, a in wanted - have})
+    res.loaded_excluded_levels = dropped
+    if len(bad):
+        res.notes.append(f"loaded latency: {len(bad)} of {len(chases)} chases invalid (window not inside the "
+                         f"saturator's, or off the baseline's SM) and excluded; "
+                         + "; ".join(sorted({i['reason'] for i in res.loaded_invalid})))
+    if dropped:
+        res.notes.append(f"loaded latency: {len(dropped)} level(s) excluded for want of a valid chase: "
+                         + ", ".join(map(str, dropped)))
+    keep = ok & ~frame[lcol].isin(dropped).to_numpy()
+    return frame[keep]
+
+
 def _loaded(res: RunAnalysis, frame) -> None:
     import pandas as pd
 
@@ -275,11 +319,11 @@ def _loaded(res: RunAnalysis, frame) -> None:
     lcol, fcol, acol = column(frame, "level"), column(frame, "fraction"), column(frame, "access")
     latcol = column(frame, "latency")
     gbs = column(frame, "achieved_gbs", required=False)
+    frame = _valid_loaded(res, frame)
     means = frame.groupby([acol, lcol], sort=True)[[fcol] + ([gbs] if gbs else [])].mean()
     codes, names = pd.factorize(frame[acol], sort=True)
     key = codes.astype(np.int64) * (1 << 32) + frame[lcol].to_numpy().astype(np.int64)
     rows = []
-    retouch_sorted = {}
     for k, values in sorted_groups(key, frame[latcol].to_numpy()):
         access, level = str(names[k >> 32]), int(k & 0xFFFFFFFF)
         dist = res.loaded_dists[(access, level)] = Distribution.of(values, presorted=True)
@@ -289,8 +333,6 @@ def _loaded(res: RunAnalysis, frame) -> None:
                      **{key: dist.summary[key] for key in ("count", "mean", *QLABELS)}})
         if gbs:
             rows[-1]["achieved_gbs"] = float(mean[gbs])
-        if access == "retouch":
-            retouch_sorted[level] = values
     res.loaded = pd.DataFrame(rows)
     for access, sub in res.loaded.groupby("access"):
         for q in ("p50", "p99"):
@@ -298,35 +340,40 @@ def _loaded(res: RunAnalysis, frame) -> None:
                 res.loaded_fits[(access, q)] = fit_queueing(sub["bandwidth_fraction"], sub[q])
             except ValueError as exc:
                 res.notes.append(f"loaded latency {access} {q}: no queueing fit ({exc})")
-    # Replacement delay: re-touch latency minus the unloaded L2-hit latency, which is the median
-    # re-touch at level 0 (saturator off); without a level 0, the L2-near P50 of the ladder.
-    l2 = res.tier("l2_near")
-    if 0 in retouch_sorted and retouch_sorted[0].size:
-        res.replacement_baseline = ("median re-touch latency at load level 0 (saturator off)",
-                                    float(np.median(retouch_sorted[0])))
-    elif l2 is not None:
-        res.replacement_baseline = ("L2-near P50 from the latency ladder", l2.dist.summary["p50"])
-    if res.replacement_baseline is not None:
-        base = res.replacement_baseline[1]
-        for level, values in retouch_sorted.items():
-            res.replacement[level] = Distribution.of(values - base, presorted=True)
-    res.loaded["evicted_fraction"] = _evicted_fractions(res, retouch_sorted)
+    _replacement(res, frame)
 
 
-def _evicted_fractions(res: RunAnalysis, retouch_sorted: dict) -> np.ndarray:
-    """Per loaded row: for re-touches, the share slower than the geometric mean of the idle
-    re-touch and HBM medians (lines the saturator evicted); NaN for HBM rows or without a level 0."""
-    out = np.full(len(res.loaded), np.nan)
-    hbm0 = res.loaded_dists.get(("hbm", 0))
-    if 0 not in retouch_sorted or not retouch_sorted[0].size or hbm0 is None:
-        return out
-    cut = float(np.sqrt(float(np.median(retouch_sorted[0])) * hbm0.summary["p50"]))
-    if not np.isfinite(cut) or cut <= 0:
-        return out
-    for i, (access, level) in enumerate(zip(res.loaded["access"], res.loaded["level"])):
-        if access == "retouch":
-            out[i] = float(np.mean(retouch_sorted[level] > cut))
-    return out
+def _replacement(res: RunAnalysis, frame) -> None:
+    """Replacement delay and residency per level (reports/replacement.py, docs/replacement-delay.md)."""
+    import pandas as pd
+
+    from .replacement import MIN_SEPARATION, has_method_columns, replacement_levels
+
+    res.loaded["evicted_fraction"] = np.nan
+    if not has_method_columns(frame):
+        if (frame[column(frame, "access")] == "retouch").any():
+            res.notes.append("loaded latency: this run has no hot set or re-touch intervals (recorded before the "
+                             "method of docs/replacement-delay.md): no replacement delay or residency")
+        return
+    levels = replacement_levels(frame, column(frame, "level"), column(frame, "latency"), column(frame, "fraction"))
+    rows = []
+    for lv in levels:
+        if lv.delays.size:
+            res.replacement[lv.level] = Distribution.of(lv.delays, presorted=True)
+        res.residency[lv.level] = pd.DataFrame(lv.curve)
+        rows.append(lv.row())
+        if lv.separation < MIN_SEPARATION:
+            res.notes.append(f"loaded latency level {lv.level}: hits and misses overlap (separation "
+                             f"{lv.separation:.2f}); its re-touch classification is unreliable")
+    if not rows:
+        return
+    res.replacement_levels = pd.DataFrame(rows)
+    first = res.replacement_levels.iloc[0]
+    res.replacement_baseline = ("median hot-set hit latency under the same load, per level "
+                                f"(docs/replacement-delay.md); level {int(first['level'])}", float(first["hit_p50"]))
+    evicted = dict(zip(res.replacement_levels["level"], res.replacement_levels["evicted_fraction"]))
+    is_rt = res.loaded["access"] == "retouch"
+    res.loaded.loc[is_rt, "evicted_fraction"] = res.loaded.loc[is_rt, "level"].map(evicted).to_numpy(dtype=float)
 
 
 #: Sampler columns that are bookkeeping, not measurements (docs/run-directory.md).

@@ -178,17 +178,39 @@ def calibration_from_run(run, allow_incomplete: bool = False, name: str | None =
     mem = clocks_meta.get("applied", {}).get("memory_mhz") if isinstance(clocks_meta.get("applied"), dict) else None
     if isinstance(mem, (int, float)) and mem > 0:
         calibration["clocks"]["memory_mhz"] = float(mem)
-    if res.replacement and res.replacement_baseline is not None:
-        frac = res.load_fractions("retouch")
-        calibration["replacement_delay"] = {
-            "unit": "cycles", "baseline": res.replacement_baseline[0],
-            "baseline_cycles": float(res.replacement_baseline[1]),
-            "levels": [{"level": int(level), "bandwidth_fraction": float(frac.get(level, float("nan"))),
-                        "quantiles": {QKEYS[k]: float(v) for k, v in d.summary.items() if k in QKEYS},
-                        "mean": float(d.summary["mean"]), "samples": int(d.summary["count"])}
-                       for level, d in sorted(res.replacement.items())],
-        }
+    if res.replacement_levels is not None and len(res.replacement_levels):
+        calibration["replacement_delay"] = replacement_delay_entry(res)
     return calibration
+
+
+def replacement_delay_entry(res: RunAnalysis) -> dict:
+    """The calibration's replacement delay (docs/replacement-delay.md): per load level the
+    same-load hit latency, the classification cut, the delay distribution of missed re-touches
+    (quantiles and histogram; null where nothing was evicted) and the L2 residency curve and time."""
+    import math
+
+    levels = []
+    for row in res.replacement_levels.itertuples():
+        level = int(row.level)
+        d = res.replacement.get(level)
+        curve = res.residency.get(level)
+        residency = {"time_ns": float(row.residency_ns) if math.isfinite(row.residency_ns) else None,
+                     "bound": str(row.residency_bound),
+                     "curve": [] if curve is None else [
+                         {"interval_ns": int(c.interval_ns), "age_ns": float(c.age_ns), "samples": int(c.samples),
+                          "resident_fraction": float(c.resident_fraction)} for c in curve.itertuples()]}
+        entry = {"level": level, "bandwidth_fraction": float(row.bandwidth_fraction),
+                 "hit_cycles": float(row.hit_p50), "miss_cycles": float(row.miss_p50), "cut_cycles": float(row.cut),
+                 "separation": float(row.separation), "retouches": int(row.retouches), "misses": int(row.misses),
+                 "evicted_fraction": float(row.evicted_fraction), "residency": residency, "delay": None}
+        if d is not None and d.summary["count"]:
+            edges, counts = nonnegative_histogram(d.hist_edges, d.hist_counts)
+            entry["delay"] = {"quantiles": {QKEYS[k]: float(v) for k, v in d.summary.items() if k in QKEYS},
+                              "mean": float(d.summary["mean"]), "samples": int(d.summary["count"]),
+                              "histogram": {"edges": edges, "counts": counts}}
+        levels.append(entry)
+    return {"unit": "cycles", "method": "docs/replacement-delay.md", "baseline": res.replacement_baseline[0],
+            "levels": levels}
 
 
 def calibrate(run_path, out, allow_incomplete: bool = False, name: str | None = None) -> tuple[Path, dict]:

@@ -190,12 +190,31 @@ def replacement_figures(run: RunAnalysis) -> tuple[list[Figure], list[Table]]:
         rows.append([level, frac.get(level), d.summary["count"], *[d.summary[q] for q in QLABELS], d.summary["mean"]])
     base_label, base = run.replacement_baseline
     fig = Figure("Replacement delay per load level (CDF)", data,
-                 axis_titles("extra latency over an unloaded L2 hit (cycles)", "fraction of re-touches"),
-                 caption=f"Baseline: {base_label} = {base:.1f} cycles. Legend: load level and the saturator's "
-                         "achieved bandwidth as a share of its peak.")
+                 axis_titles("a missed re-touch's extra latency over a same-load L2 hit (cycles)",
+                             "fraction of missed re-touches"),
+                 caption=f"Baseline: {base_label} = {base:.1f} cycles. Each re-touch is classified hit or miss "
+                         "against that level's hot-set and HBM distributions (docs/replacement-delay.md). Legend: "
+                         "load level and the saturator's achieved bandwidth as a share of its peak.")
     table = Table(["level", "bandwidth fraction", "samples", *[f"{q} (cycles)" for q in QLABELS], "mean (cycles)"],
                   rows, title="Replacement delay per load level")
-    return [fig], [table]
+    figs, tables = [fig], [table]
+    if run.residency:
+        curves = []
+        for i, (level, curve) in enumerate(sorted(run.residency.items())):
+            curves.append({"type": "scatter", "mode": "lines+markers", "name": f"level {level}",
+                           "x": curve["age_ns"].to_numpy() / 1e3, "y": curve["resident_fraction"].to_numpy(),
+                           "line": {"color": colour_ramp(i, len(run.residency))}})
+        layout = axis_titles("line age (us, log)", "share of re-touched lines still in the L2")
+        layout["xaxis"]["type"] = "log"
+        figs.append(Figure("L2 residency per load level", curves, layout,
+                           caption="Share of re-touches classified hits against the line's age (prime to re-touch)."))
+        lv = run.replacement_levels
+        tables.append(Table(["level", "bandwidth fraction", "hit p50 (cycles)", "miss p50 (cycles)", "cut (cycles)",
+                             "evicted share", "residency (us)"],
+                            [[int(r.level), r.bandwidth_fraction, r.hit_p50, r.miss_p50, r.cut, r.evicted_fraction,
+                              ("" if r.residency_bound == "=" else r.residency_bound) + f"{r.residency_ns / 1e3:.1f}"]
+                             for r in lv.itertuples()], title="L2 residency time per load level"))
+    return figs, tables
 
 
 #: Display names of the sampler columns documented in docs/run-directory.md (others: by suffix).

@@ -112,25 +112,7 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
         run.write_table("bandwidth", pd.DataFrame(rows))
         phase("bandwidth", 5.0)
     if "loaded" in parts:
-        levels = np.linspace(0.0, 0.93, 10)
-        per = max((samples - n_ladder) // (2 * levels.size), 16)
-        frames = []
-        for i, frac in enumerate(levels):
-            hbm = queueing_curve(frac, 648.0, 38.0, 0.97) * slowdown
-            l2 = 282.0 * slowdown
-            retouch_extra = queueing_curve(frac, 0.0, 6.0, 0.97) + 45.0 * frac
-            for access, centre, spread in (("hbm", hbm, 20.0 + 30 * frac),
-                                           ("retouch", l2 + retouch_extra, 6.0 + 20 * frac)):
-                vals = centre + rng.gamma(2.0, spread / 2.0, per) - spread
-                frame = chase_table(np.full(per, 64 * MIB if access == "hbm" else 8 * MIB, dtype=np.int64),
-                                    vals, "cg")
-                frame.insert(0, "level", np.int32(i))
-                frame.insert(1, "access", access)
-                frame.insert(2, "target_fraction", frac)
-                frame.insert(3, "throttle_ns", np.int64(0 if frac == 0 else int(2000 * (1 - frac))))
-                frame.insert(4, "achieved_gbs", frac * 4200.0)
-                frame.insert(5, "bandwidth_fraction", frac)
-                frames.append(frame)
+        frames = _loaded_frames(rng, samples - n_ladder, slowdown, chase_table)
         run.write_table("loaded", pd.concat(frames, ignore_index=True))
         phase("loaded", 30.0)
     run.update_meta(phases=phases, phases_origin_ns=origin_ns)
@@ -156,6 +138,58 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
     if complete:
         run.finish("complete")
     return run
+
+
+#: Re-touch intervals of the synthetic loaded table (ns), as the probe's default schedule.
+RETOUCH_INTERVALS_NS = (0, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000)
+RETOUCH_LINES = 32
+#: The model's L2 (bytes) and peak bandwidth (GB/s): a line lives about L2 / injected bandwidth.
+MODEL_L2, MODEL_PEAK_GBS = 50 * MIB, 4200.0
+
+
+def _loaded_frames(rng, budget: int, slowdown: float, chase_table) -> list:
+    """Rows of probes/loaded as kernels/loaded.cu writes them, per level: `hbm` (the queueing
+    curve), `hot` (near/far L2 hits under load) and `retouch` (each line a hit while it survives:
+    exp(-age / lifetime), lifetime = L2 / injected bandwidth; a miss costs an HBM access)."""
+    levels = np.linspace(0.0, 0.93, 10)
+    per = max(budget // (2 * levels.size), 16)
+    reps = max(1, per // (len(RETOUCH_INTERVALS_NS) * RETOUCH_LINES))
+    frames = []
+    for i, frac in enumerate(levels):
+        hbm_centre = queueing_curve(frac, 648.0, 38.0, 0.97) * slowdown
+        extra = queueing_curve(frac, 0.0, 6.0, 0.97) + 20.0 * frac
+
+        def hits(n, extra=extra, frac=frac):
+            far = rng.random(n) < 0.4  # lines in the far partition
+            return np.where(far, 505.0, 282.0) * slowdown + extra + rng.gamma(2.0, 3.0 + 10 * frac, n)
+
+        def misses(n, centre=hbm_centre, frac=frac):
+            spread = 20.0 + 30 * frac
+            return centre + rng.gamma(2.0, spread / 2.0, n) - spread
+
+        iv = np.repeat(np.tile(np.asarray(RETOUCH_INTERVALS_NS, dtype=np.int64), reps), RETOUCH_LINES)
+        age = iv + rng.uniform(5_000.0, 15_000.0, iv.size)
+        lifetime = MODEL_L2 / (frac * MODEL_PEAK_GBS) if frac > 0 else np.inf  # bytes / (bytes per ns)
+        survived = rng.random(iv.size) < np.exp(-age / lifetime)
+        retouch = np.where(survived, hits(iv.size), misses(iv.size))
+        for access, vals, fp in (("hbm", misses(per), 64 * MIB), ("hot", hits(per), 2 * KIB),
+                                 ("retouch", retouch, 8 * MIB)):
+            frame = chase_table(np.full(vals.size, fp, dtype=np.int64), vals, "cg")
+            frame.insert(0, "level", np.int64(i))
+            frame.insert(1, "access", access)
+            frame.insert(2, "target_fraction", frac)
+            frame.insert(3, "throttle_ns", np.int64(0 if frac == 0 else int(2000 * (1 - frac))))
+            frame.insert(4, "achieved_gbs", frac * MODEL_PEAK_GBS)
+            frame.insert(5, "bandwidth_fraction", frac)
+            frame["probe_sm"] = np.int64(5)
+            frame["attempt"] = np.int64(0)
+            frame["valid"] = True
+            frame["invalid_reason"] = ""
+            is_rt = access == "retouch"
+            frame["interval_ns"] = iv if is_rt else np.int64(-1)
+            frame["age_ns"] = age.astype(np.float32) if is_rt else np.float32(np.nan)
+            frames.append(frame)
+    return frames
 
 
 def make_fleet(parent, hosts: list[str], samples: int = 100_000, outlier: str | None = None):

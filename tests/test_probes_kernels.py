@@ -123,7 +123,7 @@ def test_second_timer_waits_for_the_load(sass):
                 continue
             # a timed window ends with a shared store of a loaded register; a window without one
             # runs between two timed accesses (retouch_probe's untimed hot-set steps, its interval read)
-            def stored_after(j):
+            def stored_after(j, window=window):
                 d = _reg(window[j].split(None, 1)[1])
                 return any(i.startswith("STS") and i.endswith(f", {d}") for i in window[j + 1:])
 

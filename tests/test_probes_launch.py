@@ -16,9 +16,9 @@ import types
 import numpy as np
 import pytest
 
-from sitsprof.probes import tables as A
 from sitsprof.probes import gpu
 from sitsprof.probes import kernels as K
+from sitsprof.probes import tables as A
 
 KiB, MiB = 1024, 1024**2
 SMS, L2 = 4, 1 * MiB
@@ -159,7 +159,8 @@ class Emulator:
         arr = seen[0][0]
         links = len({off for _, off in seen})
         footprint = links * 128 if links < int(n) else arr.a.nbytes
-        lvl = 32 if (cached and footprint <= 128 * KiB) else 280 if footprint <= L2 // 2 else 510 if footprint <= L2 else 650
+        lvl = (32 if (cached and footprint <= 128 * KiB) else 280 if footprint <= L2 // 2
+               else 510 if footprint <= L2 else 650)
         lat.a[:int(n)] = lvl + 6
         sink.u64()[0] = p
         return lvl, seen
@@ -245,7 +246,7 @@ class Emulator:
     def _window(self, stats, span_ns, wait):
         self._loaded_launch += 1
         st = stats.u64()
-        t0 = self.now_ns + (int(200_000) if wait else 0)
+        t0 = self.now_ns + (200_000 if wait else 0)
         st[C["ST_PROBE_START_NS"]], st[C["ST_PROBE_END_NS"]] = t0, t0 + span_ns
         st[C["ST_PROBE_START_CYCLES"]], st[C["ST_PROBE_END_CYCLES"]] = self.cycles(t0), self.cycles(t0 + span_ns)
         self._probe = (t0, t0 + span_ns, self._loaded_launch)
@@ -462,7 +463,7 @@ def test_signatures_are_parsed_from_the_sources():
 
 def test_probes_launch_with_the_declared_arguments(emulated):
     from sitsprof.probes.gpu import Probes
-    from sitsprof.probes.plan import BandwidthPlan, ChaseSweep, LatencyPlan, LoadedPlan, StreamConfig, TlbPlan
+    from sitsprof.probes.plan import BandwidthPlan, ChaseSweep, LatencyPlan, StreamConfig, TlbPlan
 
     p = Probes(0)
     assert p.limits.sm_count == SMS and p.limits.is_hopper

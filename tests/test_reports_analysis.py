@@ -59,18 +59,27 @@ def test_tlb_steps_and_tlb_miss(res):
 
 
 def test_loaded_fit_and_replacement_delay(res):
+    """Issue 10.8 on the synthetic run: the replacement delay per level is a missed re-touch's
+    latency minus the same-load hot-set hit, the residency time falls as the load rises."""
     fit = res.loaded_fits[("hbm", "p50")]
     assert fit.l0 == pytest.approx(648, rel=0.03) and fit.u_max == pytest.approx(0.97, rel=0.03)
     assert fit.r2 > 0.99
-    levels = sorted(res.replacement)
-    assert len(levels) == 10
-    p50 = [res.replacement[lv].summary["p50"] for lv in levels]
-    assert abs(p50[0]) < 5 and all(b >= a for a, b in zip(p50, p50[1:]))
-    # The baseline is the unloaded L2 hit: the median re-touch at level 0 (the saturator off).
+    lv = res.replacement_levels.set_index("level")
+    assert list(lv.index) == list(range(10))
+    assert lv.loc[0, "misses"] == 0 and 0 not in res.replacement  # nothing evicts at idle
+    assert lv.loc[0, "residency_bound"] == ">" and lv.loc[0, "residency_ns"] >= 1e6
+    assert sorted(res.replacement) == list(range(1, 10))
+    assert lv.loc[9, "evicted_fraction"] > lv.loc[1, "evicted_fraction"] > 0
+    assert lv.loc[9, "residency_ns"] < lv.loc[3, "residency_ns"] < lv.loc[1, "residency_ns"] < 1e6
+    # the delay is measured from the same-load hit median, not from an idle one
     frame = open_run(res.path).read_table("loaded")
-    idle = frame.loc[(frame["access"] == "retouch") & (frame["level"] == 0), "latency_cycles"]
-    assert res.replacement_baseline[0].startswith("median re-touch")
-    assert res.replacement_baseline[1] == pytest.approx(float(np.median(idle.to_numpy())), rel=1e-6)
+    for level in (1, 9):
+        hot = frame.loc[(frame["access"] == "hot") & (frame["level"] == level), "latency_cycles"].to_numpy()
+        assert lv.loc[level, "hit_p50"] == pytest.approx(float(np.median(hot)), rel=1e-6)
+        assert res.replacement[level].summary["p50"] > 200  # an HBM access over an L2 hit
+    assert res.replacement_baseline[0].startswith("median hot-set hit latency under the same load")
+    rt = res.loaded[res.loaded["access"] == "retouch"].set_index("level")["evicted_fraction"]
+    assert rt[9] == pytest.approx(lv.loc[9, "evicted_fraction"])
 
 
 def test_l1_bypassing_ladder_has_its_own_tiers(res):
@@ -170,48 +179,161 @@ def test_tlb_steps_from_a_recorded_sweep(tmp_path):
     assert first["reach_pages"] == 256 and first["size"] == pytest.approx(60)
 
 
-def test_load_levels_from_a_recorded_loaded_table(tmp_path):
+def _recorded_loaded(rng, levels=9, lines=32, reps=4, far_share=0.4, lifetime_at_full_ns=20_000.0):
+    """A loaded table with the probe's raw columns: hbm, hot (near 280 / far 500 cycles) and
+    retouch rows whose lines survive exp(-age / lifetime) (lifetime ~ 1 / load); the truth of
+    each re-touch (evicted or not) is returned beside it."""
     import pandas as pd
 
     from sitsprof.probes.tables import chase_frame
 
-    rng = np.random.default_rng(3)
-    frames = []
-    for level in range(9):
-        frac = level / 8
-        hbm = 650 * (1 + 0.5 * frac ** 3) * (1 + rng.normal(0, 0.02, 400))
-        evicted = rng.random(400) < frac * 0.8
-        retouch = np.where(evicted, 700 * (1 + frac), 280) * (1 + rng.normal(0, 0.02, 400))
-        for access, lat in (("hbm", hbm), ("retouch", retouch)):
-            frames.append(chase_frame(lat + 6, 6, MHZ, level=level, target_fraction=frac, throttle_ns=0,
-                                      access=access, achieved_gbs=4000 * frac, bandwidth_fraction=frac))
+    intervals = np.array([0, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000], dtype=np.int64)
+    frames, truth = [], {}
+    for level in range(levels):
+        frac = level / (levels - 1)
+
+        def hits(n):
+            return np.where(rng.random(n) < far_share, 500.0, 280.0) * (1 + rng.normal(0, 0.02, n))
+
+        def misses(n, frac=frac):
+            return 650 * (1 + 0.5 * frac ** 3) * (1 + rng.normal(0, 0.02, n))
+
+        iv = np.repeat(np.tile(intervals, reps), lines)
+        age = iv + rng.uniform(4_000, 8_000, iv.size)
+        life = lifetime_at_full_ns / frac if frac else np.inf
+        evicted = rng.random(iv.size) >= np.exp(-age / life)
+        truth[level] = (evicted, age)
+        retouch = np.where(evicted, misses(iv.size), hits(iv.size))
+        common = dict(level=level, target_fraction=frac, throttle_ns=0, achieved_gbs=4000 * frac,
+                      bandwidth_fraction=frac, probe_sm=7, attempt=0, valid=True, invalid_reason="")
+        frames.append(chase_frame(misses(400) + 6, 6, MHZ, access="hbm", interval_ns=-1, **common))
+        frames.append(chase_frame(hits(400) + 6, 6, MHZ, access="hot", interval_ns=-1, **common))
+        frames.append(chase_frame(retouch + 6, 6, MHZ, access="retouch",
+                                  per_sample={"interval_ns": iv, "age_ns": age.astype(np.float32)}, **common))
     frame = pd.concat(frames, ignore_index=True)
+    frame["age_ns"] = frame["age_ns"].astype(np.float32)
+    return frame, truth
+
+
+def test_load_levels_from_a_recorded_loaded_table(tmp_path):
+    """Issue 10.8: re-touches are classified against the same-load hit (hot set) and miss (HBM)
+    distributions, so far-L2 hits (500 cycles, 40 % of the lines here) are hits, not evictions
+    (the old fixed cut at sqrt(idle hit x HBM) ~ 427 cycles counted every one of them); the
+    delay is a missed re-touch minus the same-load hit median; the residency time is where the
+    share of surviving lines falls through 1/2."""
+    rng = np.random.default_rng(3)
+    frame, truth = _recorded_loaded(rng)
     res = _analysed(tmp_path, "loaded", {"loaded": frame})
     levels = res.loaded
-    assert len(levels) == 18 and set(levels["access"]) == {"hbm", "retouch"}
-    rt = levels[levels["access"] == "retouch"].sort_values("level")
-    assert rt["evicted_fraction"].iloc[0] == pytest.approx(0, abs=0.01)
-    assert rt["evicted_fraction"].iloc[-1] == pytest.approx(0.8, abs=0.06)
-    assert levels.loc[levels["access"] == "hbm", "evicted_fraction"].isna().all()
-    assert res.replacement[0].summary["p50"] == pytest.approx(0, abs=5)
-    assert res.replacement[8].summary["p99"] > 1000
+    assert len(levels) == 27 and set(levels["access"]) == {"hbm", "hot", "retouch"}
+    lv = res.replacement_levels.set_index("level")
+    for level, (evicted, _age) in truth.items():
+        assert lv.loc[level, "evicted_fraction"] == pytest.approx(evicted.mean(), abs=0.02), level
+        assert lv.loc[level, "separation"] > 0.9
+        assert 500 < lv.loc[level, "cut"] < lv.loc[level, "miss_p50"]
+    assert lv.loc[0, "misses"] == 0 and lv.loc[0, "evicted_fraction"] == 0  # idle: the far hits are hits
     hbm = levels[levels["access"] == "hbm"].sort_values("level")
     assert hbm["p50"].is_monotonic_increasing
     assert res.to_ns(hbm["p50"].iloc[0]) == pytest.approx(650 / 1.98, rel=0.02)
+    # delay: each missed re-touch minus the median hot-set latency of its level
+    for level in (4, 8):
+        sub = frame[frame["level"] == level]
+        hot = np.median(sub.loc[sub["access"] == "hot", "latency_cycles"].to_numpy())
+        rt = sub.loc[sub["access"] == "retouch", "latency_cycles"].to_numpy()
+        want = np.sort(rt[rt > lv.loc[level, "cut"]] - hot)
+        got = res.replacement[level]
+        assert got.summary["count"] == want.size and got.summary["p50"] == pytest.approx(np.median(want), abs=1e-3)
+    # residency: the model's half-life (in line age) is lifetime x ln 2 = 20 us / fraction x 0.69
+    for level in (4, 8):
+        frac = level / 8
+        assert lv.loc[level, "residency_bound"] == "="
+        assert lv.loc[level, "residency_ns"] == pytest.approx(20_000 / frac * np.log(2), rel=0.2)
+    assert lv.loc[0, "residency_bound"] == ">"
+    curve = res.residency[8]
+    assert curve["age_ns"].is_monotonic_increasing and curve["resident_fraction"].iloc[-1] < 0.05
 
-    # The replacement delay: each re-touch's latency minus the unloaded L2-hit latency (the
-    # median re-touch at level 0, about 280 cycles here); HBM chases have none.
-    idle = frame.loc[(frame["access"] == "retouch") & (frame["level"] == 0), "latency_cycles"].to_numpy()
-    base = float(np.median(idle))
-    assert res.replacement_baseline[1] == pytest.approx(base) and base == pytest.approx(280, rel=0.01)
-    for level in range(9):
-        rt = frame.loc[(frame["access"] == "retouch") & (frame["level"] == level), "latency_cycles"].to_numpy()
-        assert res.replacement[level].summary["p50"] == pytest.approx(float(np.median(rt)) - base, abs=1e-3)
-        assert res.replacement[level].summary["count"] == rt.size
-    # Without an unloaded level (and no ladder to take the L2 hit from) there is no baseline.
-    later = _analysed(tmp_path, "loaded-busy", {"loaded": frame[frame["level"] > 0]})
-    assert later.replacement_baseline is None and later.replacement == {}
-    assert later.loaded["evicted_fraction"].isna().all()
+
+def test_invalid_loaded_chases_are_excluded_and_counted(tmp_path):
+    """Issue 10.7: rows of a chase whose window was not inside the saturator's (valid = False)
+    are left out of every figure; a level left without a valid chase of some access is excluded
+    whole; the notes and the figures check say how many."""
+    from sitsprof.reports.figures import check_figures, format_figures
+
+    rng = np.random.default_rng(5)
+    frame, _ = _recorded_loaded(rng, levels=6)
+    # level 2: the first HBM attempt ran before the saturator (its latency the idle one), a rerun is valid
+    bad = frame[(frame["level"] == 2) & (frame["access"] == "hbm")].copy()
+    bad["attempt"], bad["valid"] = 0, False
+    bad["invalid_reason"] = "the saturator had not started when the probe's window began"
+    bad["latency_cycles"] = 100.0
+    frame.loc[(frame["level"] == 2) & (frame["access"] == "hbm"), "attempt"] = 1
+    # level 4: its hot set never had a valid window
+    sel = (frame["level"] == 4) & (frame["access"] == "hot")
+    frame.loc[sel, "valid"] = False
+    frame.loc[sel, "invalid_reason"] = "a saturator block stopped before the probe's window ended"
+    import pandas as pd
+
+    frame = pd.concat([frame, bad], ignore_index=True)
+    res = _analysed(tmp_path, "invalid", {"loaded": frame})
+    assert sorted(res.loaded["level"].unique()) == [0, 1, 2, 3, 5]
+    assert res.loaded_excluded_levels == [4] and len(res.loaded_invalid) == 2
+    hbm2 = res.loaded[(res.loaded["access"] == "hbm") & (res.loaded["level"] == 2)]
+    assert float(hbm2["p50"].iloc[0]) > 600  # the invalid attempt's 100-cycle rows are not in it
+    assert any("2 of 19 chases invalid" in n for n in res.notes), res.notes
+    assert any("1 level(s) excluded" in n for n in res.notes), res.notes
+    fig = check_figures(res)
+    assert fig["loaded"]["invalid_chases"] == 2 and fig["loaded"]["excluded_levels"] == [4]
+    assert any("2 chase(s) invalid" in line for line in format_figures(fig))
+
+
+def test_hbm_compared_in_ns_at_each_chase_clock(tmp_path):
+    """Issue 10.9: with the clocks unlocked (here the SM ran at 1500 MHz, not the published 1980)
+    the HBM tier's cycle count is off the published one, but its ns, each chase converted at its
+    own clock, are compared too, and agree."""
+    import pandas as pd
+
+    from sitsprof.probes.tables import chase_frame
+    from sitsprof.reports.figures import check_figures, format_figures
+
+    rng = np.random.default_rng(2)
+    frames = []
+    for fp, ns in [(16 * KiB, 21), (64 * KiB, 21), (1 * MiB, 190), (4 * MiB, 190), (32 * MiB, 260),
+                   (45 * MiB, 260), (256 * MiB, 330), (512 * MiB, 330), (1024 * MiB, 330)]:
+        cycles = ns * 1.5 * (1 + rng.normal(0, 0.01, 256))
+        frames.append(chase_frame(cycles + 6, 6, 1500.0, footprint_bytes=fp, variant="ca", stride_bytes=128,
+                                  chase_mhz=1500.0, clock_source="chase"))
+    res = _analysed(tmp_path, "unlocked", {"latency": pd.concat(frames, ignore_index=True)},
+                    meta={"sm_clock_mhz": 1500.0, "clocks": {"mode": "none"}})
+    fig = check_figures(res)
+    hbm = next(t for t in fig["tiers"] if t["tier"] == "hbm")
+    assert not hbm["within"]  # ~495 cycles against 610-690
+    assert fig["hbm_ns"]["measured_ns"] == pytest.approx(330, rel=0.02) and fig["hbm_ns"]["within"]
+    assert any(line.startswith("hbm") and " ns " in line for line in format_figures(fig))
+
+
+def test_calibration_carries_the_delay_distributions_and_residency(run_path):
+    """Issue 10.8: the calibration's replacement_delay has, per level, the same-load hit, the
+    delay distribution (null where nothing was evicted) and the residency curve and time; the
+    schema validates it and refuses a resident share above 1."""
+    import copy
+
+    from sitsprof.calibration import validate_calibration
+    from sitsprof.calibration.errors import CalibrationError
+    from sitsprof.reports.fromrun import calibration_from_run
+
+    cal = calibration_from_run(run_path)
+    validate_calibration(cal)
+    rd = cal["replacement_delay"]
+    assert rd["method"] == "docs/replacement-delay.md" and len(rd["levels"]) == 10
+    idle, busy = rd["levels"][0], rd["levels"][-1]
+    assert idle["delay"] is None and idle["residency"]["bound"] == ">"
+    assert busy["delay"]["samples"] == busy["misses"] > 0 and busy["delay"]["histogram"]["counts"]
+    assert busy["residency"]["time_ns"] < idle["residency"]["time_ns"]
+    assert busy["hit_cycles"] < busy["cut_cycles"] < busy["miss_cycles"] * 1.1
+    broken = copy.deepcopy(cal)
+    broken["replacement_delay"]["levels"][3]["residency"]["curve"][0]["resident_fraction"] = 1.5
+    with pytest.raises(CalibrationError, match=r"replacement_delay.levels\[3\].residency.curve\[0\]"):
+        validate_calibration(broken)
 
 
 def test_bandwidth_against_the_memcpy_of_the_same_run(tmp_path):

@@ -1,0 +1,133 @@
+"""Replacement delay and L2 residency per load level, from the raw `probes/loaded` table.
+
+The method is docs/replacement-delay.md's. Per load level the run holds three same-load
+sample sets from one SM: `hot` (a small ring chased continuously, so its lines stay in the
+L2: the hit latency under that load, near and far L2 partitions both), `hbm` (a chase far
+beyond the L2: the miss latency under that load) and `retouch` (lines touched once, then again
+after a controlled interval; each row carries the interval asked for and the line's measured
+age). Each re-touch is classified hit or miss against that level's hit and miss distributions
+(the cut that misclassifies the smallest share of both, not a fixed latency, so a far-L2 hit is
+not counted as an eviction); the replacement delay is a missed re-touch's latency minus the
+median same-load hit; the residency curve is the share of re-touches that hit against the
+lines' age, and the residency time the age at which it falls through one half.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: The residency time is the age at which this share of re-touched lines is still in the L2.
+RESIDENT_HALF = 0.5
+#: Below this separation (1 - the smallest total misclassification) hits and misses overlap too
+#: much for the classification to mean anything; the level is reported with a note.
+MIN_SEPARATION = 0.5
+
+
+def balanced_threshold(hit_sorted: np.ndarray, miss_sorted: np.ndarray) -> tuple[float, float]:
+    """(cut, separation): the latency t minimising P(hit > t) + P(miss <= t) over the two sorted
+    sample sets (the middle of the best run of candidates), and 1 - that minimum (1: the sets do
+    not overlap; 0: they are the same)."""
+    hit = np.asarray(hit_sorted, dtype=np.float64)
+    miss = np.asarray(miss_sorted, dtype=np.float64)
+    if hit.size == 0 or miss.size == 0:
+        raise ValueError("the classification needs hit and miss samples")
+    cand = np.unique(np.concatenate([hit, miss]))
+    err = ((hit.size - np.searchsorted(hit, cand, side="right")) / hit.size
+           + np.searchsorted(miss, cand, side="right") / miss.size)
+    best = float(err.min())
+    ks = np.flatnonzero(err <= best + 1e-12)
+    k = int(ks[ks.size // 2])
+    cut = (cand[k] + cand[k + 1]) / 2 if k + 1 < cand.size else float(cand[k])
+    return float(cut), float(max(0.0, 1.0 - best))
+
+
+def residency_time(ages_ns: np.ndarray, resident: np.ndarray, level: float = RESIDENT_HALF) -> tuple[float, str]:
+    """(age, bound) where the residency curve (resident share per age, ages increasing) falls
+    through `level`: interpolated in log age ("="), or the first age with bound "<" when already
+    below there, or the last age with bound ">" when it never falls that far."""
+    ages = np.asarray(ages_ns, dtype=np.float64)
+    frac = np.asarray(resident, dtype=np.float64)
+    if ages.size == 0:
+        return float("nan"), "none"
+    below = np.flatnonzero(frac < level)
+    if below.size == 0:
+        return float(ages[-1]), ">"
+    i = int(below[0])
+    if i == 0:
+        return float(ages[0]), "<"
+    a0, a1 = np.log(max(ages[i - 1], 1.0)), np.log(max(ages[i], 1.0))
+    f0, f1 = frac[i - 1], frac[i]
+    x = a0 + (a1 - a0) * (f0 - level) / (f0 - f1) if f0 != f1 else a1
+    return float(np.exp(x)), "="
+
+
+@dataclass
+class LevelReplacement:
+    """One load level's classification, delays and residency curve."""
+
+    level: int
+    bandwidth_fraction: float
+    hit: np.ndarray             # sorted hot-set latencies (cycles)
+    miss_reference: np.ndarray  # sorted HBM-chase latencies (cycles)
+    cut: float
+    separation: float
+    retouch: np.ndarray         # re-touch latencies, in table order
+    missed: np.ndarray          # bool per re-touch
+    delays: np.ndarray          # sorted: missed re-touch latency - median hit
+    curve: list[dict]           # per interval asked for: interval_ns, age_ns (median), samples, resident
+    residency_ns: float
+    residency_bound: str
+
+    @property
+    def hit_p50(self) -> float:
+        return float(np.median(self.hit))
+
+    def row(self) -> dict:
+        """The level's figures as one row of `RunAnalysis.replacement_levels`."""
+        d = self.delays
+
+        def q(p: float) -> float:
+            return float(np.quantile(d, p)) if d.size else float("nan")
+
+        return {"level": self.level, "bandwidth_fraction": self.bandwidth_fraction,
+                "hit_p50": self.hit_p50, "hit_p99": float(np.quantile(self.hit, 0.99)),
+                "miss_p50": float(np.median(self.miss_reference)), "cut": self.cut, "separation": self.separation,
+                "retouches": int(self.retouch.size), "misses": int(self.missed.sum()),
+                "evicted_fraction": float(self.missed.mean()) if self.missed.size else float("nan"),
+                "delay_p50": q(0.5), "delay_p90": q(0.9), "delay_p99": q(0.99),
+                "residency_ns": self.residency_ns, "residency_bound": self.residency_bound}
+
+
+def has_method_columns(frame) -> bool:
+    """Whether a loaded table holds the hot set and the re-touch intervals this method needs."""
+    return {"access", "interval_ns", "age_ns"} <= set(frame.columns) and (frame["access"] == "hot").any()
+
+
+def replacement_levels(frame, level_col: str = "level", lat_col: str = "latency_cycles",
+                       fraction_col: str = "bandwidth_fraction") -> list[LevelReplacement]:
+    """Per load level with hot, hbm and retouch samples (valid rows only: the caller filters)."""
+    out = []
+    for level, sub in frame.groupby(level_col, sort=True):
+        acc = sub["access"].to_numpy()
+        hit = np.sort(sub.loc[acc == "hot", lat_col].to_numpy(dtype=np.float64))
+        miss = np.sort(sub.loc[acc == "hbm", lat_col].to_numpy(dtype=np.float64))
+        rt = sub[acc == "retouch"]
+        if hit.size == 0 or miss.size == 0 or rt.empty:
+            continue
+        cut, sep = balanced_threshold(hit, miss)
+        lat = rt[lat_col].to_numpy(dtype=np.float64)
+        missed = lat > cut
+        delays = np.sort(lat[missed] - float(np.median(hit)))
+        curve = []
+        intervals = rt["interval_ns"].to_numpy()
+        ages = rt["age_ns"].to_numpy(dtype=np.float64)
+        for iv in np.unique(intervals):
+            sel = intervals == iv
+            curve.append({"interval_ns": int(iv), "age_ns": float(np.median(ages[sel])), "samples": int(sel.sum()),
+                          "resident_fraction": float(1.0 - missed[sel].mean())})
+        curve.sort(key=lambda c: c["age_ns"])
+        res_ns, bound = residency_time([c["age_ns"] for c in curve], [c["resident_fraction"] for c in curve])
+        out.append(LevelReplacement(int(level), float(rt[fraction_col].mean()), hit, miss, cut, sep, lat, missed,
+                                    delays, curve, res_ns, bound))
+    return out
