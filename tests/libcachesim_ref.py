@@ -22,6 +22,7 @@ LCS_CLASSES = {
     "s3fifo": "S3FIFO",
     "twoq": "TwoQ",
     "2q": "TwoQ",  # the registry's name for twoq.py
+    "belady": "Belady",  # offline optimal; reads next_access_vtime from the oracleGeneral records
 }
 
 

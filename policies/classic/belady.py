@@ -37,38 +37,42 @@ def next_uses(block, n_blocks):
 
 
 @njit(cache=True)
-def _sift_up(heap, pos, key, p):
-    b = heap[p]
-    k = key[b]
+def _sift_up(keys, blocks, pos, p):
+    """Move the entry at slot p up while its key is larger than its parent's."""
+    k = keys[p]
+    b = blocks[p]
     while p > 0:
         parent = (p - 1) >> 1
-        pb = heap[parent]
-        if key[pb] >= k:
+        if keys[parent] >= k:
             break
-        heap[p] = pb
-        pos[pb] = p
+        keys[p] = keys[parent]
+        blocks[p] = blocks[parent]
+        pos[blocks[p]] = p
         p = parent
-    heap[p] = b
+    keys[p] = k
+    blocks[p] = b
     pos[b] = p
 
 
 @njit(cache=True)
-def _sift_down(heap, pos, key, p, size):
-    b = heap[p]
-    k = key[b]
+def _sift_down(keys, blocks, pos, p, size):
+    """Move the entry at slot p down while a child's key is larger."""
+    k = keys[p]
+    b = blocks[p]
     while True:
         child = 2 * p + 1
         if child >= size:
             break
-        if child + 1 < size and key[heap[child + 1]] > key[heap[child]]:
+        if child + 1 < size and keys[child + 1] > keys[child]:
             child += 1
-        cb = heap[child]
-        if key[cb] <= k:
+        if keys[child] <= k:
             break
-        heap[p] = cb
-        pos[cb] = p
+        keys[p] = keys[child]
+        blocks[p] = blocks[child]
+        pos[blocks[p]] = p
         p = child
-    heap[p] = b
+    keys[p] = k
+    blocks[p] = b
     pos[b] = p
 
 
@@ -76,31 +80,32 @@ def _sift_down(heap, pos, key, p, size):
 def KERNEL(block, req_offsets, n_blocks, capacity, hit):
     nxt = next_uses(block, n_blocks)
     slots = max(min(capacity, n_blocks), 1)
-    heap = np.empty(slots, dtype=np.int32)  # resident blocks, max-heap on key
-    pos = np.full(max(n_blocks, 1), -1, dtype=np.int64)  # heap slot of a resident block, -1 if not
-    key = np.zeros(max(n_blocks, 1), dtype=np.int64)  # a resident block's next use
+    # the heap: slot s holds a resident block and its next use, side by side so the sifts
+    # compare keys without looking each block up (about 2x faster than keys indexed by block)
+    keys = np.empty(slots, dtype=np.int64)
+    blocks = np.empty(slots, dtype=np.int32)
+    pos = np.full(max(n_blocks, 1), -1, dtype=np.int32)  # heap slot of a resident block, -1 if not
     size = 0
     evictions = 0
     for i in range(block.shape[0]):
         b = block[i]
-        key[b] = nxt[i]
         p = pos[b]
         if p >= 0:
             hit[i] = 1
-            _sift_up(heap, pos, key, p)  # its key grew from i to its next use
+            keys[p] = nxt[i]  # its key grows from i (the smallest in the heap) to its next use
+            _sift_up(keys, blocks, pos, p)
             continue
         hit[i] = 0
         if size >= capacity:
-            victim = heap[0]
-            pos[victim] = -1
+            pos[blocks[0]] = -1
             evictions += 1
             size -= 1
             if size > 0:
-                heap[0] = heap[size]
-                pos[heap[0]] = 0
-                _sift_down(heap, pos, key, 0, size)
-        heap[size] = b
-        pos[b] = size
+                keys[0] = keys[size]
+                blocks[0] = blocks[size]
+                _sift_down(keys, blocks, pos, 0, size)
+        keys[size] = nxt[i]
+        blocks[size] = b
         size += 1
-        _sift_up(heap, pos, key, size - 1)
+        _sift_up(keys, blocks, pos, size - 1)
     return evictions, size
