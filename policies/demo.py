@@ -25,6 +25,10 @@ from .traces import generator
 from .traces.trace import Trace
 
 DEMO_FRACTIONS = (0.01, 0.05, 0.10, 0.25, 0.50)
+# semantic-shard keys its shards by the generated prompts, embedded (hashed n-grams, no model)
+# and clustered online by cosine similarity (adaptive/embedding.py); clustered once, reused at
+# every capacity.
+DEMO_PARAMS = {"semantic-shard": {"shard_key": "embedding", "embedder": "hashed"}}
 
 
 @dataclass
@@ -41,9 +45,10 @@ class DemoWorkload:
 
 
 def demo_workload(seed: int, duration_s: float, policies: Sequence[str]) -> DemoWorkload:
-    """The three-stack workload of `seed` over `duration_s` seconds, at the demo's capacities."""
+    """The three-stack workload of `seed` over `duration_s` seconds, with prompt texts (semantic-shard
+    clusters them), at the demo's capacities."""
     started = time.perf_counter()
-    requests = generator.generate_requests(seed=seed, duration_s=duration_s)
+    requests = generator.generate_requests(seed=seed, duration_s=duration_s, prompts=True)
     trace = generator.requests_to_trace(requests, source=f"generator(seed={seed}, duration_s={duration_s:g})")
     return DemoWorkload(seed, duration_s, requests, trace, fraction_capacities(trace.n_blocks, DEMO_FRACTIONS),
                         list(policies), started)
@@ -57,8 +62,8 @@ def replay(workload: DemoWorkload, progress=None) -> list:
     row's time is mostly the JIT compile (seconds on a fresh install) rather than the replay
     (milliseconds). The whole trace, not a prefix: which kernels run depends on the
     controller's decisions."""
-    run_policies(workload.trace, workload.policies, workload.capacities[:1])
-    return run_policies(workload.trace, workload.policies, workload.capacities, progress=progress)
+    run_policies(workload.trace, workload.policies, workload.capacities[:1], params=DEMO_PARAMS)
+    return run_policies(workload.trace, workload.policies, workload.capacities, progress=progress, params=DEMO_PARAMS)
 
 
 def write_results(out_dir, workload: DemoWorkload, results: Sequence) -> tuple[dict, list[Path]]:

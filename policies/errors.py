@@ -36,3 +36,7 @@ class UnknownModelError(PolicyEngineError):
 
 class CostModelError(PolicyEngineError):
     """A cost model that cannot be built from what it was given."""
+
+
+class EmbedderError(PolicyEngineError):
+    """A prompt embedder that cannot be had: unknown spec, package not installed, no local model."""

@@ -1,6 +1,8 @@
 """Semantic shard cache: TTL expiry at the right trace time, per-shard slots and rebalancing,
-shard eviction counts, the optional embedder; CTCCI on a crafted two-tenant trace."""
+shard eviction counts, shard keys from prompt embeddings; CTCCI on a crafted two-tenant trace."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -94,9 +96,78 @@ def test_embedding_shards_group_similar_texts():
     assert keys.tolist() == labels.tolist()
 
 
+def _prompt_trace(texts, blocks_per_request=2):
+    n = len(texts)
+    hash_ids = [[int(b) for b in range(i * blocks_per_request, (i + 1) * blocks_per_request)] for i in range(n)]
+    trace = trace_from_requests(hash_ids, arrival_ms=np.arange(n) * 1000.0, input_tokens=[1024] * n)
+    return dataclasses.replace(trace, request_texts=tuple(texts))
+
+
+PROMPTS = ["You are a contract reviewer. Explain the termination clause and the indemnity.",
+           "You are a contract reviewer. Explain the termination clause and the indemnities.",
+           "Write a Rust function that parses a TOML file with serde and reports errors.",
+           "You are a contract reviewer. Explain the termination clause and the indemnity!",
+           "Suggest a vegetarian pasta sauce with tomatoes, basil and roasted garlic."]
+
+
+def test_shard_key_embedding_clusters_the_traces_prompts():
+    """Issue 13: the trace's own prompt texts (no caller-supplied callable) give the shard keys;
+    auto picks embedding when the trace has texts, first-block when it has none."""
+    trace = _prompt_trace(PROMPTS)
+    keys = ss.request_keys(trace, "embedding")
+    assert keys.tolist() == [0, 0, 1, 0, 2]
+    assert ss.request_keys(trace).tolist() == keys.tolist()  # auto
+    plain = dataclasses.replace(trace, request_texts=None)
+    assert ss.request_keys(plain).tolist() == ss.request_keys(plain, "first-block").tolist() == [0, 2, 4, 6, 8]
+    shards = ss.request_shards(trace, trace.request_offsets, 16, "embedding")
+    expect = np.empty(3, dtype=np.int8)
+    ss.hash_shards(np.arange(3, dtype=np.int64), np.arange(4, dtype=np.int64), 16, expect)
+    assert shards.tolist() == expect[[0, 0, 1, 0, 2]].tolist()  # cluster ids hashed as every key is
+    r = ss.run(trace, 100)
+    assert r.extra["shard_key"] == "embedding"
+    assert r.extra["embedding"] == {"embedder": "hashed", "similarity": 0.65, "search": r.extra["embedding"]["search"],
+                                    "clusters": 3, "texts": 5, "seconds": r.extra["embedding"]["seconds"]}
+    assert ss.run(plain, 100).extra["shard_key"] == "first-block" and "embedding" not in ss.run(plain, 100).extra
+
+
+def test_embedding_shards_keep_one_clusters_blocks_from_another():
+    """Two prompt clusters in two shards of two slots: the second cluster's stream of new
+    blocks never evicts the first's two shared blocks (an LRU of three slots, which they
+    push out, never hits)."""
+    texts = [PROMPTS[0] if i % 2 == 0 else PROMPTS[2] for i in range(40)]
+    hash_ids = [[1, 2] if i % 2 == 0 else [100 + i, 200 + i] for i in range(40)]
+    trace = trace_from_requests(hash_ids, arrival_ms=np.zeros(40), input_tokens=[1024] * 40)
+    trace = dataclasses.replace(trace, request_texts=tuple(texts))
+    shards = ss.request_shards(trace, trace.request_offsets, 2, "embedding")
+    assert shards.tolist() == [0, 1] * 20  # clusters 0 and 1; hashed, they land in shards 0 and 1
+    hit = np.zeros(len(trace), dtype=np.uint8)
+    ss.run(trace, 4, shards=2, hit_out=hit)
+    even = np.isin(trace.request, np.arange(2, 40, 2))
+    assert hit[even].all() and not hit[trace.request % 2 == 1].any()
+    lru_hit = np.zeros(len(trace), dtype=np.uint8)
+    lru.KERNEL(np.ascontiguousarray(trace.block), trace.request_offsets, np.int64(trace.n_blocks), np.int64(3),
+               lru_hit)
+    assert not lru_hit.any()
+
+
+def test_clustering_is_done_once_per_trace_and_reused(monkeypatch):
+    calls = []
+    real = ss.cluster_texts
+    monkeypatch.setattr(ss, "cluster_texts", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ss._LAST_CLUSTERING.clear()
+    trace = _prompt_trace(PROMPTS)
+    for capacity in (10, 20, 40):
+        ss.run(trace, capacity, shard_key="embedding")
+    assert len(calls) == 1
+    ss.run(trace, 10, shard_key="embedding", similarity=0.99)
+    assert len(calls) == 2
+
+
 @pytest.mark.parametrize("kwargs,message", [
-    ({"shard_key": "embedding"}, "no request texts"),
-    ({"shard_key": "embedding", "texts": ["a"]}, "needs an embedder"),
+    ({"shard_key": "embedding"}, "no prompt texts"),
+    ({"shard_key": "embedding", "texts": ["a"], "embedder": "word2vec"}, "embedder 'word2vec' unknown"),
+    ({"shard_key": "embedding", "texts": ["a"], "similarity": 1.5}, "similarity threshold 1.5"),
+    ({"shard_key": "embedding", "texts": ["a", "b"]}, "2 texts for 1 requests"),
     ({"shard_key": "tenant"}, "names no tenant"),
     ({"shard_key": "colour"}, "unknown"),
     ({"ttl_s": 0}, "ttl"),

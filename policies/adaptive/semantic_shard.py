@@ -1,12 +1,17 @@
 """Semantic shard cache: requests grouped into shards, each shard an LRU with its own slots.
 
 Shard key (``shard_key``):
-- ``first-block`` (default): the request's first block id, i.e. its system prompt / root;
+- ``auto`` (default): ``embedding`` when the trace carries prompt texts (the request JSONL
+  format's ``prompt``, `Trace.request_texts`), else ``first-block``;
+- ``first-block``: the request's first block id, i.e. its system prompt / root;
 - ``tenant`` or ``stack``: the trace's tenant / model-stack column;
-- ``embedding``: cosine similarity of text embeddings, for traces that carry request texts;
-  the embedder is a callable given by the caller (off by default; nothing is downloaded).
-  Requests join the first shard whose centroid has similarity >= ``similarity`` (0.8).
-Keys map onto at most ``shards`` (16) shards by hash (embedding clusters beyond that wrap).
+- ``embedding``: the prompts embedded (``embedder``: ``hashed`` n-grams by default, or a
+  local sentence-transformers / model2vec model; nothing is downloaded) and clustered online
+  by cosine similarity: a request joins the most similar cluster centroid when that
+  similarity is >= ``similarity`` (0.65), else opens a cluster (`adaptive/embedding.py`);
+  the cluster id is the key. The clustering of one trace's texts is done once and reused
+  by the replays at other capacities.
+Keys map onto at most ``shards`` (16) shards by hash (`hash_shards`).
 
 Capacity: shards start with equal slots; after every window (``window_s`` of trace time) the
 SITS action matrix (entropy H, P99 d, score; see signals.py) decides whether the slots move;
@@ -34,17 +39,18 @@ from ..engine.replay import result_from_hits
 from ..errors import PolicyEngineError
 from ..traces.hashing import GOLDEN
 from ..traces.trace import DEFAULT_BLOCK_TOKENS, Trace
+from .embedding import DEFAULT_THRESHOLD, cluster_texts
 from .signals import P99_SAMPLE, action_cell, adapt_alpha, migration_score, window_bounds, window_signals
 from .tenancy import ctcci
 
 NAME = "semantic-shard"
 DESCRIPTION = ("Semantic shard cache: per-shard LRU slots rebalanced by demand, TTL expiry (180 s), "
                "shard eviction counts")
-SHARD_KEYS = ("first-block", "tenant", "stack", "embedding")
+SHARD_KEYS = ("auto", "first-block", "tenant", "stack", "embedding")
 # The tuning keywords of `run` (engine.params.accepted), with run's defaults; the rest of its
 # keywords are data (texts, embedder, offsets, hit_out) or the cost model's (calibration, model, miss).
-PARAMS = {"shard_key": "first-block", "shards": 16, "ttl_s": 180.0, "window_s": 60.0, "memory": 0.5,
-          "similarity": 0.8, "gated": True, "alpha": 0.6}
+PARAMS = {"shard_key": "auto", "shards": 16, "ttl_s": 180.0, "window_s": 60.0, "memory": 0.5,
+          "similarity": DEFAULT_THRESHOLD, "embedder": "hashed", "gated": True, "alpha": 0.6}
 
 
 @njit(cache=True)
@@ -112,33 +118,28 @@ def shrink(prev, nxt, head, tail, size, cap, owner, last_t, now, ttl, evicted, e
             evicted[s] += 1
 
 
-def embedding_shards(texts, embedder, similarity: float = 0.8) -> np.ndarray:
-    """Leader clustering of request texts by cosine similarity of `embedder(texts)` rows."""
-    if embedder is None:
-        raise PolicyEngineError("shard key 'embedding' needs an embedder (none is loaded by default)")
-    vectors = np.asarray(embedder(list(texts)), dtype=np.float64)
-    if vectors.ndim != 2 or len(vectors) != len(texts):
-        raise PolicyEngineError(f"the embedder returned shape {vectors.shape}, expected ({len(texts)}, dim)")
-    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    centroids: list[np.ndarray] = []
-    labels = np.zeros(len(vectors), dtype=np.int64)
-    for i, v in enumerate(vectors):
-        sims = [float(c @ v) for c in centroids]
-        best = int(np.argmax(sims)) if sims else -1
-        if best >= 0 and sims[best] >= similarity:
-            labels[i] = best
-        else:
-            centroids.append(v)
-            labels[i] = len(centroids) - 1
-    return labels
+def embedding_shards(texts, embedder="hashed", similarity: float = DEFAULT_THRESHOLD,
+                     search: str = "auto") -> np.ndarray:
+    """Cluster labels of request texts (online, by cosine similarity; -1 for a request with no
+    text): `embedding.cluster_texts`; `embedder` a spec string or a callable."""
+    return cluster_texts(texts, embedder, similarity, search).labels
 
 
-def request_keys(trace: Trace, shard_key: str = "first-block", texts=None, embedder=None,
-                 similarity: float = 0.8) -> np.ndarray:
-    """One key per request (int64)."""
+def resolve_key(shard_key: str, texts) -> str:
+    """The shard key a run uses: ``auto`` is ``embedding`` when there are texts, else ``first-block``."""
     _check_key(shard_key)
+    if shard_key == "auto":
+        return "embedding" if texts is not None else "first-block"
+    return shard_key
+
+
+def request_keys(trace: Trace, shard_key: str = "auto", texts=None, embedder="hashed",
+                 similarity: float = DEFAULT_THRESHOLD) -> np.ndarray:
+    """One key per request (int64): the first block id, tenant code or embedding cluster."""
+    texts = trace.request_texts if texts is None else texts
+    shard_key = resolve_key(shard_key, texts)
     if shard_key == "embedding":
-        return _embedding_labels(trace, texts, embedder, similarity)
+        return _clustering(trace, texts, embedder, similarity).labels
     first = trace.request_offsets[:-1]
     keys = (trace.block if shard_key == "first-block" else trace.tenant)[first].astype(np.int64)
     if shard_key != "first-block":
@@ -146,17 +147,20 @@ def request_keys(trace: Trace, shard_key: str = "first-block", texts=None, embed
     return keys
 
 
-def request_shards(trace: Trace, offsets: np.ndarray, shards: int, shard_key: str = "first-block", texts=None,
-                   embedder=None, similarity: float = 0.8) -> np.ndarray:
-    """The shard of every request, in the narrowest signed integer that holds `shards`: for
-    stable keys the hash of request_keys(...) (hash_shards, one compiled pass that reads each
-    request's first reference, no per-request int64 temporaries); for embeddings label % shards."""
-    _check_key(shard_key)
+def request_shards(trace: Trace, offsets: np.ndarray, shards: int, shard_key: str = "auto", texts=None,
+                   embedder="hashed", similarity: float = DEFAULT_THRESHOLD) -> np.ndarray:
+    """The shard of every request, in the narrowest signed integer that holds `shards`: the
+    hash of request_keys(...) (hash_shards, one compiled pass that reads each request's first
+    reference, no per-request int64 temporaries; embedding cluster labels hashed the same way)."""
+    texts = trace.request_texts if texts is None else texts
+    shard_key = resolve_key(shard_key, texts)
     dtype = np.int8 if shards <= 127 else np.int16 if shards <= 32767 else np.int32
-    if shard_key == "embedding":
-        return (_embedding_labels(trace, texts, embedder, similarity) % shards).astype(dtype)
-    column = trace.block if shard_key == "first-block" else trace.tenant
     out = np.empty(len(offsets) - 1, dtype=dtype)
+    if shard_key == "embedding":
+        labels = _clustering(trace, texts, embedder, similarity).labels
+        hash_shards(labels, np.arange(len(labels) + 1, dtype=np.int64), shards, out)
+        return out
+    column = trace.block if shard_key == "first-block" else trace.tenant
     known = hash_shards(np.asarray(column), offsets, shards, out)
     if shard_key != "first-block":
         _check_tenant(shard_key, len(out) and not known)
@@ -174,12 +178,23 @@ def _check_tenant(shard_key: str, none_known: bool) -> None:
                                 "(use --shard-key first-block, or a trace with a tenant column)")
 
 
-def _embedding_labels(trace: Trace, texts, embedder, similarity: float) -> np.ndarray:
+_LAST_CLUSTERING: list = []  # [(texts, embedder, similarity), Clustering]: the last trace's, for its other capacities
+
+
+def _clustering(trace: Trace, texts, embedder, similarity: float):
     if texts is None:
-        raise PolicyEngineError("shard key 'embedding': this trace carries no request texts")
+        raise PolicyEngineError("shard key 'embedding': this trace carries no prompt texts (the request JSONL "
+                                "format's 'prompt' field; `sitsprof policy generate --as requests` writes it)")
     if len(texts) != trace.n_requests:
         raise PolicyEngineError(f"shard key 'embedding': {len(texts)} texts for {trace.n_requests} requests")
-    return embedding_shards(texts, embedder, similarity)
+    texts = texts if isinstance(texts, tuple) else tuple(texts)
+    if _LAST_CLUSTERING:
+        (seen, embedder_seen, similarity_seen), found = _LAST_CLUSTERING
+        if (seen is texts or seen == texts) and embedder_seen == embedder and similarity_seen == similarity:
+            return found
+    found = cluster_texts(texts, embedder, similarity)
+    _LAST_CLUSTERING[:] = [(texts, embedder, float(similarity)), found]
+    return found
 
 
 @njit(cache=True)
@@ -213,8 +228,9 @@ def allocate(capacity: int, demand: np.ndarray) -> np.ndarray:
     return extra + 1
 
 
-def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int = 16, ttl_s: float = 180.0,
-        window_s: float = 60.0, memory: float = 0.5, texts=None, embedder=None, similarity: float = 0.8,
+def run(trace: Trace, capacity: int, shard_key: str = "auto", shards: int = 16, ttl_s: float = 180.0,
+        window_s: float = 60.0, memory: float = 0.5, texts=None, embedder="hashed",
+        similarity: float = DEFAULT_THRESHOLD,
         hit_out=None, calibration=None, model: str = "qwen2-72b", miss: str = "recompute", gated: bool = True,
         alpha: float = 0.6, offsets=None):
     """Replay `trace` through the semantic shard cache; a SimResult with shard figures in ``extra``.
@@ -232,6 +248,8 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
     start = time.perf_counter()
     block = np.ascontiguousarray(trace.block, dtype=np.int32)
     offsets = trace.request_offsets if offsets is None else offsets
+    texts = trace.request_texts if texts is None else texts
+    shard_key = resolve_key(shard_key, texts)
     req_shard = request_shards(trace, offsets, shards, shard_key, texts, embedder, similarity)
     now = np.asarray(trace.time, dtype=np.float64)  # may be a zero-stride view (no times): the loops read it as is
     cost = CostModel(calibration, model=model, miss=miss)
@@ -252,6 +270,8 @@ def run(trace: Trace, capacity: int, shard_key: str = "first-block", shards: int
         shard_eviction_rate=total_evicted / trace.span_s if trace.span_s > 0 else 0.0,
         cost=summary, tenancy=tenancy, events=events,
     )
+    if shard_key == "embedding":
+        result.extra["embedding"] = _clustering(trace, texts, embedder, similarity).summary()
     return result
 
 

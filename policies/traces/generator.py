@@ -40,6 +40,16 @@ whole workload and changing one stack's parameters leaves the others' requests a
 the defaults (`duration_s=1800`, seed 0) the trace has 18,266 requests, 194,574 block
 references and 63,056 distinct blocks (an infinite cache hits .676 of references), small
 enough for every policy at several capacities in seconds; it is generated in about 0.6 s.
+
+Prompt text (`generate_requests(prompts=True)`; `policy generate --as requests` writes it as
+`prompt`): each system prompt of a stack is a persona of that stack (qwen2-72b: contract,
+financial-report, paper and manual readers; deepseek-v2: Python, Rust, SQL, contest maths,
+calculus, shell; phi-3-mini: shop support, travel, cooking) written out as a few sentences,
+shared by every session that uses it; each turn adds a user message built from templates
+and the persona's topics. `prompt` is the system prompt and the turn's user message: a short
+stand-in for the conversation whose length is `input_tokens`, enough to tell the personas
+apart by embedding. The text draws from its own generator (a grandchild of the stack's seed
+sequence), so the blocks, times and lengths are the same with and without it.
 """
 from __future__ import annotations
 
@@ -121,9 +131,11 @@ class Request:
     session: str
     turn: int
     hash_ids: tuple[int, ...]
+    prompt: str | None = None  # system prompt + this turn's user message (generate_requests(prompts=True))
 
     def design_record(self, extras: bool = True) -> dict:
-        """The DESIGN.md request format; `extras` adds arrival, session, turn and hash ids."""
+        """The DESIGN.md request format; `extras` adds arrival, session, turn, hash ids and the
+        prompt text (when generated)."""
         record = {
             "request_id": self.request_id,
             "model_stack": self.model_stack,
@@ -136,6 +148,8 @@ class Request:
                 arrival_ms=self.arrival_ms, output_tokens=self.output_tokens,
                 session=self.session, turn=self.turn, hash_ids=list(self.hash_ids),
             )
+            if self.prompt is not None:
+                record["prompt"] = self.prompt
         return record
 
     def mooncake_record(self) -> dict:
@@ -179,10 +193,95 @@ def _stack_requests(spec: StackSpec, rng: np.random.Generator, duration_s: float
             n_blocks = -(-length // block_tokens)
             ids = committed[:n_blocks] + [next_key() for _ in range(n_blocks - len(committed))]
             committed = ids[: length // block_tokens]  # the partial last block is not reused
-            out.append((int(arrival * 1000), spec.name, length, output, priority, s, turn, ids))
+            out.append((int(arrival * 1000), spec.name, length, output, priority, s, turn, ids, variant))
             length += output
             arrival += output / spec.decode_tps + float(rng.exponential(spec.think_s))
     return out
+
+
+# Prompt text: (persona, what it reads or does, its topics) per stack; a stack with more system
+# prompts than personas (or one not listed) numbers generic ones.
+PERSONAS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
+    "qwen2-72b": (
+        ("a contract reviewer for a corporate legal team", "the agreement pasted below",
+         ("termination clause", "indemnity", "liability cap", "governing law", "confidentiality obligations",
+          "payment terms", "force majeure", "assignment rights")),
+        ("a financial analyst who reads annual reports", "the annual report and its notes",
+         ("revenue growth", "operating margin", "free cash flow", "full-year guidance", "segment results",
+          "debt covenants", "share buyback", "goodwill impairment")),
+        ("a research assistant who summarises scientific papers", "the paper in the context",
+         ("methodology", "sample size", "ablation study", "baseline comparison", "stated limitations",
+          "related work", "training dataset", "evaluation metric")),
+        ("a support engineer answering from equipment manuals", "the service manual provided",
+         ("installation steps", "error code E42", "maintenance schedule", "safety warnings", "wiring diagram",
+          "firmware update", "sensor calibration", "warranty conditions")),
+    ),
+    "deepseek-v2": (
+        ("a senior Python developer", "the user's Python code",
+         ("list comprehensions", "decorators", "asyncio tasks", "pandas dataframes", "pytest fixtures",
+          "type hints", "generators", "virtual environments")),
+        ("a Rust systems programmer", "the user's Rust crate",
+         ("the borrow checker", "lifetimes", "trait objects", "the tokio runtime", "cargo features",
+          "unsafe blocks", "error handling with Result", "iterator adaptors")),
+        ("a database engineer who tunes SQL", "the schema and queries shown",
+         ("inner joins", "composite indexes", "window functions", "the query plan", "transaction isolation",
+          "schema migrations", "foreign keys", "deadlocks")),
+        ("a coach for mathematics olympiad problems", "the problem statement",
+         ("modular arithmetic", "combinatorics", "an inequality", "polynomial roots", "a geometry proof",
+          "a recurrence relation", "conditional probability", "prime factorisation")),
+        ("a calculus and linear algebra tutor", "the exercise sheet",
+         ("eigenvalues", "a definite integral", "the gradient", "a matrix inverse", "a Taylor series",
+          "a differential equation", "the determinant", "a limit")),
+        ("a DevOps engineer who writes shell and deployment scripts", "the user's configuration files",
+         ("a Docker image", "a Kubernetes pod", "a bash script", "the CI pipeline", "an nginx config",
+          "a systemd unit", "log rotation", "SSH keys")),
+    ),
+    "phi-3-mini": (
+        ("a friendly customer-support agent for an online shop", "the customer's order history",
+         ("a refund", "my order status", "a shipping delay", "a damaged item", "a password reset",
+          "a discount code", "a return label", "an invoice")),
+        ("a travel assistant", "the traveller's itinerary",
+         ("a flight change", "a hotel booking", "a visa", "the baggage allowance", "train times",
+          "a car rental", "travel insurance", "a day plan")),
+        ("a home-cooking helper", "the ingredients the user lists",
+         ("a vegetarian recipe", "the baking time", "an egg substitute", "a weekly meal plan", "a spice mix",
+          "a slow-cooker stew", "a pasta sauce", "leftover rice")),
+    ),
+}
+_FIRST_TURN = ("Can you explain {t} in {w}?", "I need help with {t}; here is what I have so far.",
+               "Please summarise what {w} says about {t}.", "What is wrong with {t} here? It keeps failing.",
+               "How should I handle {t}? Give me a short example.", "Walk me through {t} step by step.")
+_FOLLOW_UP = ("Thanks. And what about {t}?", "Can you go deeper on {t}?", "That did not work; look at {t} again.",
+              "Now compare that with {t}.", "Give me a shorter answer about {t}.")
+
+
+def system_prompt_text(stack: str, variant: int) -> str:
+    """The text of system prompt `variant` of `stack` (the same for every session using it)."""
+    personas = PERSONAS.get(stack, ())
+    if variant < len(personas):
+        who, what, topics = personas[variant]
+    else:
+        who, what = f"assistant number {variant + 1} of {stack}", "the documents provided"
+        topics = tuple(f"subject {variant + 1}.{k}" for k in range(8))
+    return (f"You are {who}. Work from {what}. Typical questions concern {', '.join(topics[:-1])} or "
+            f"{topics[-1]}; quote {what} where it helps.")
+
+
+def _stack_prompts(spec: StackSpec, rows, seed_seq: np.random.SeedSequence) -> list[str]:
+    """One prompt text per request tuple of one stack (system prompt + this turn's user message)."""
+    rng = np.random.default_rng(seed_seq)
+    systems = [system_prompt_text(spec.name, v) for v in range(spec.system_prompts)]
+    personas = PERSONAS.get(spec.name, ())
+    texts = []
+    for row in rows:
+        turn, variant = row[6], row[8]
+        topics = personas[variant][2] if variant < len(personas) else (f"subject {variant + 1}",)
+        what = personas[variant][1] if variant < len(personas) else "the documents"
+        templates = _FIRST_TURN if turn == 0 else _FOLLOW_UP
+        message = templates[int(rng.integers(len(templates)))].format(t=topics[int(rng.integers(len(topics)))],
+                                                                       w=what)
+        texts.append(f"{systems[variant]}\n\nUser: {message}")
+    return texts
 
 
 def generate_requests(
@@ -191,10 +290,12 @@ def generate_requests(
     stacks: tuple[StackSpec, ...] = DEFAULT_STACKS,
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
     scale: float = 1.0,
+    prompts: bool = False,
 ) -> list[Request]:
     """The requests of the mixed workload in arrival order (ties keep stack order).
 
-    `scale` multiplies every stack's session rate (more concurrent sessions, same shape).
+    `scale` multiplies every stack's session rate (more concurrent sessions, same shape);
+    `prompts` adds each request's prompt text (module docstring), from its own seeded draws.
     """
     if duration_s <= 0 or scale <= 0:
         raise ValueError("duration_s and scale must be positive")
@@ -205,7 +306,9 @@ def generate_requests(
     for spec, child in zip(stacks, children):
         if scale != 1.0:
             spec = dataclasses.replace(spec, session_rate=spec.session_rate * scale)
-        rows.extend(_stack_requests(spec, np.random.default_rng(child), duration_s, block_tokens, next_key))
+        stack_rows = _stack_requests(spec, np.random.default_rng(child), duration_s, block_tokens, next_key)
+        texts = _stack_prompts(spec, stack_rows, child.spawn(1)[0]) if prompts else [None] * len(stack_rows)
+        rows.extend(row + (text,) for row, text in zip(stack_rows, texts))
     if not rows:
         return []
     order = np.argsort(np.array([r[0] for r in rows], dtype=np.int64), kind="stable")
@@ -216,14 +319,14 @@ def generate_requests(
     dense_list = dense.tolist()
     requests = []
     pos = 0
-    for i, (arrival_ms, stack, length, output, priority, session, turn, ids) in enumerate(rows):
+    for i, (arrival_ms, stack, length, output, priority, session, turn, ids, _, prompt) in enumerate(rows):
         n = len(ids)
         requests.append(
             Request(
                 request_id=f"req-{i:06d}", model_stack=stack, arrival_ms=arrival_ms,
                 input_tokens=length, max_new_tokens=next(s.max_new_tokens for s in stacks if s.name == stack),
                 output_tokens=output, priority_class=priority, session=f"{stack}/{session}", turn=turn,
-                hash_ids=tuple(dense_list[pos : pos + n]),
+                hash_ids=tuple(dense_list[pos : pos + n]), prompt=prompt,
             )
         )
         pos += n
@@ -246,7 +349,7 @@ def requests_to_trace(
         if r.model_stack not in names:
             names.append(r.model_stack)
     code = {name: i for i, name in enumerate(names)}
-    return trace_from_requests(
+    trace = trace_from_requests(
         [r.hash_ids for r in requests],
         [r.arrival_ms for r in requests],
         [r.input_tokens for r in requests],
@@ -256,6 +359,9 @@ def requests_to_trace(
         source=source,
         block_tokens=block_tokens,
     )
+    if any(r.prompt is not None for r in requests):
+        trace = dataclasses.replace(trace, request_texts=tuple(r.prompt for r in requests))
+    return trace
 
 
 def generate_workload(seed: int = 0, duration_s: float = 1800.0, scale: float = 1.0, **kwargs) -> Trace:
@@ -299,6 +405,7 @@ __all__ = [
     "StackSpec",
     "generate_requests",
     "generate_workload",
+    "system_prompt_text",
     "requests_to_trace",
     "write_mooncake_jsonl",
     "write_requests_jsonl",

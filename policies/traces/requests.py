@@ -1,12 +1,14 @@
 """The request JSONL format (DESIGN.md) with the block ids to replay; tenant = model stack.
 
 One JSON object a line: `model_stack`, `input_tokens`, `max_new_tokens` (and `request_id`,
-`priority_class`), plus the block ids to replay, `hash_ids`, and optionally `arrival_ms` and
-`output_tokens` (what `sitsprof policy generate --as requests` writes). A `.jsonl` file
+`priority_class`), plus the block ids to replay, `hash_ids`, and optionally `arrival_ms`,
+`output_tokens` and `prompt`, the request's prompt text (a string; what `sitsprof policy
+generate --as requests` writes; semantic-shard clusters it, `Trace.request_texts`). A `.jsonl` file
 whose first object has `model_stack` is read as this format (`detect.py`).
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +38,8 @@ def _request_problem(row) -> str | None:
             problem = (millis_problem if name == "arrival_ms" else count_problem)(name, row[name])
             if problem is not None:
                 return problem
+    if "prompt" in row and not isinstance(row["prompt"], str):
+        return f"prompt must be a string (the request's prompt text), got {shown(row['prompt'])}"
     return hash_ids_problem(row["hash_ids"])
 
 
@@ -50,12 +54,14 @@ def read_requests(path, skip_bad_lines: bool = False, block_tokens: int = DEFAUL
     outputs: list[int] = []
     stacks: list[str] = []
     id_lists: list[list[int]] = []
+    prompts: list[str | None] = []
     for row in jsonl_rows(path, bad, _request_problem):
         stamps.append(row.get("arrival_ms", 0))
         inputs.append(row["input_tokens"])
         outputs.append(row.get("output_tokens", -1))
         stacks.append(row["model_stack"])
         id_lists.append(row["hash_ids"])
+        prompts.append(row.get("prompt"))
     if not id_lists:
         raise bad.empty("requests")
     codes, names = pd.factorize(np.asarray(stacks, dtype=object), sort=False)
@@ -63,4 +69,6 @@ def read_requests(path, skip_bad_lines: bool = False, block_tokens: int = DEFAUL
         id_lists, stamps, inputs, outputs, tenant=codes, tenant_names=tuple(str(n) for n in names),
         source=str(path), block_tokens=block_tokens,
     )
+    if any(p is not None for p in prompts):
+        trace = dataclasses.replace(trace, request_texts=tuple(prompts))
     return with_skips(trace, bad) if bad.count else trace

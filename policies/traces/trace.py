@@ -50,6 +50,9 @@ class Trace:
     # of them as "file:line: problem" strings, so callers can report what was dropped.
     skipped_lines: int = 0
     skipped_examples: tuple[str, ...] = ()
+    # Per-request prompt text (None where a request has none), when the trace carries it (the
+    # request JSONL format's `prompt`); semantic-shard's embedding shard key clusters it.
+    request_texts: tuple[str | None, ...] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.block)
