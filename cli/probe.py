@@ -126,7 +126,7 @@ _probe_command("bandwidth", "Read, write and copy kernels at several intensities
 _probe_command("loaded", "Latency on one SM while a saturator streams on the others, idle to peak; "
                "replacement delay.", [
     click.option("--levels", type=int, default=None, help="Load levels including idle (default 9 quick, 17 full)."),
-    click.option("--retouch", default=None, help="Re-touched L2-resident set (default 64KiB)."),
+    click.option("--retouch", default=None, help="Re-touch ring, fresh lines each round (default 4MiB)."),
     click.option("--max-footprint", default=None, help="HBM chase footprint."),
     click.option("--sms", type=int, default=None, help="Saturator SMs (default all; the probe's SM is left free)."),
     click.option("--saturator", type=click.Choice(["read", "copy"]), default=None,

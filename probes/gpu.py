@@ -498,10 +498,7 @@ class Probes:
             progress(1)
         sat = hbm_buf = ret_buf = hot_buf = None  # free the buffers (the closures above name `sat`)
         cp.get_default_memory_pool().free_all_blocks()
-        table = pd.concat(frames, ignore_index=True)
-        for col, fill in (("round", -1), ("interval_ns", -1), ("age_cycles", -1)):
-            table[col] = table[col].fillna(fill).astype(np.int64)
-        return {"loaded": table, "loaded_calibration": cal_frame, "peak_gbs": peak}
+        return {"loaded": tables.loaded_table(frames), "loaded_calibration": cal_frame, "peak_gbs": peak}
 
 
 @contextmanager

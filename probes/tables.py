@@ -149,6 +149,32 @@ def placement(loaded: bool, claimed: bool, target_sm: int | None, probe_sm: int,
     return True, ""
 
 
+#: Column order of probes/loaded (docs/run-directory.md); `retouch`-only columns are -1 / NaN elsewhere.
+LOADED_COLUMNS = ("level", "target_fraction", "throttle_ns", "access", "achieved_gbs", "bandwidth_fraction",
+                  "probe_sm", "saturator_blocks", "blocks_left_probe_sm", "probe_start_ns", "probe_end_ns",
+                  "probe_start_cycles", "probe_end_cycles", "saturator_start_ns", "saturator_end_ns",
+                  "saturator_last_end_ns", "saturator_blocks_at_probe_start", "chase_mhz", "clock_source", "valid",
+                  "invalid_reason", "attempt", "footprint_bytes", "round", "interval_ns", "age_cycles", "age_ns",
+                  "prime_latency_cycles", "sample", "latency_cycles", "latency_ns")
+
+
+def loaded_table(frames: list):
+    """The frames of every loaded-latency launch as one table in LOADED_COLUMNS order."""
+    import pandas as pd
+
+    table = pd.concat(frames, ignore_index=True)
+    for col, fill in (("round", -1), ("interval_ns", -1), ("age_cycles", -1)):
+        table[col] = table[col].fillna(fill).astype(np.int64) if col in table else np.int64(fill)
+    for col in ("age_ns", "prime_latency_cycles"):
+        if col not in table:
+            table[col] = np.float32(np.nan)
+        table[col] = table[col].astype(np.float32)
+    missing = [c for c in LOADED_COLUMNS if c not in table.columns]
+    if missing:
+        raise ProbeError(f"loaded-latency rows lack {', '.join(missing)}")
+    return table[list(LOADED_COLUMNS)]
+
+
 def line_ages(prime_start, retouch_start) -> np.ndarray:
     """Cycles between a line's prime and its re-touch, from the two accesses' 32-bit start stamps
     (kernels/loaded.cu:retouch_probe; modulo 2^32, so ages up to ~2 s at 2 GHz)."""

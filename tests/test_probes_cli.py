@@ -102,19 +102,23 @@ class FakeProbes:
     def _level(self, fp):
         return 32 if fp <= 128 * 1024 else 280 if fp <= 24 * MiB else 510 if fp <= 50 * MiB else 650
 
+    def clock(self):
+        """A chase's clock-window columns as the launchers write them (tables.clock_columns)."""
+        return A.clock_columns([10**9, 10**9 + 10**6, 0, int(self.mhz * 1e3)], self.mhz)
+
     def latency(self, plan, progress):
         out = {}
         for v, name in (("ca", "latency"), ("cg", "latency_cg")):
             frames = [A.chase_frame((self._level(fp) if v == "ca" or fp > 24 * MiB else 280) + 6
                                     + self.rng.normal(0, 3, 64), 6, self.mhz, variant=v, stride_bytes=128,
-                                    footprint_bytes=fp) for fp in plan.sweep.footprints]
+                                    footprint_bytes=fp, **self.clock()) for fp in plan.sweep.footprints]
             out[name] = pd.concat(frames, ignore_index=True)
             progress(len(frames))
         return out
 
     def tlb(self, plan, progress):
         frames = [A.chase_frame(300 + 60 * (fp > 1 * GiB) + self.rng.normal(0, 2, 32), 0, self.mhz, variant="cg",
-                                stride_bytes=s.stride, footprint_bytes=fp)
+                                stride_bytes=s.stride, footprint_bytes=fp, **self.clock())
                   for s in plan.sweeps for fp in s.footprints]
         return pd.concat(frames, ignore_index=True)
 
@@ -129,16 +133,27 @@ class FakeProbes:
         frames = []
         for level in range(plan.levels):
             frac = level / (plan.levels - 1)
-            for access, base in (("hbm", 650), ("retouch", 280)):
+            window = {"probe_start_ns": 2000, "probe_end_ns": 9000, "probe_start_cycles": 0,
+                      "probe_end_cycles": 13860, "saturator_start_ns": 1000 if level else -1,
+                      "saturator_end_ns": 10000 if level else -1, "saturator_last_end_ns": 11000 if level else 0,
+                      "saturator_blocks_at_probe_start": 524 * (level > 0), "chase_mhz": self.mhz,
+                      "clock_source": "chase", "valid": True, "invalid_reason": "", "attempt": 0}
+            common = dict(level=level, target_fraction=frac, throttle_ns=0, achieved_gbs=4000 * frac,
+                          bandwidth_fraction=frac, probe_sm=0, saturator_blocks=524 * (level > 0),
+                          blocks_left_probe_sm=4 * (level > 0), **window)
+            for access, base in (("hbm", 650), ("hot", 280)):
                 frames.append(A.chase_frame(base * (1 + frac) + 6 + self.rng.normal(0, 2, 64), 6, self.mhz,
-                                            level=level, target_fraction=frac, throttle_ns=0, access=access,
-                                            achieved_gbs=4000 * frac, bandwidth_fraction=frac, probe_sm=0,
-                                            saturator_blocks=524 * (level > 0), blocks_left_probe_sm=4 * (level > 0),
-                                            footprint_bytes=64 * 1024))
+                                            access=access, footprint_bytes=64 * 1024, **common))
+            iv = np.repeat(np.array([0, 10_000, 100_000]), 16)
+            evicted = iv > 50_000 * (1 - frac)
+            frames.append(A.chase_frame(np.where(evicted, 650, 280) * (1 + frac) + 6, 6, self.mhz, access="retouch",
+                                        footprint_bytes=4 * MiB, **common,
+                                        per_sample={"round": np.repeat(np.arange(3), 16), "interval_ns": iv,
+                                                    "age_cycles": (iv * 1.98).astype(np.int64) + 5000,
+                                                    "age_ns": iv + 2525.0, "prime_latency_cycles": np.full(48, 650.0)}))
         cal = pd.DataFrame({"saturator": "read", "throttle_ns": [0, 100], "achieved_gbs": [4000.0, 3000.0],
-                            "blocks": 528, "threads": 512})
-        return {"loaded": pd.concat(frames, ignore_index=True),
-                "loaded_calibration": cal, "peak_gbs": 4000.0}
+                            "blocks": 528, "threads": 512, "shared_bytes": 74752})
+        return {"loaded": A.loaded_table(frames), "loaded_calibration": cal, "peak_gbs": 4000.0}
 
 
 def documented_columns() -> dict[str, list[str]]:

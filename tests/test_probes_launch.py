@@ -569,6 +569,7 @@ def test_loaded_levels_outside_the_saturator_window_are_marked_and_rerun(emulate
     # loaded launches are counted 1..: level 0 hbm, level 0 retouch, level 1 hbm (the third) ...
     emulated.late_saturator = {3}
     table = p.loaded(plan)["loaded"]
+    assert list(table.columns) == list(A.LOADED_COLUMNS)  # the documented order (docs/run-directory.md)
     for col in ("probe_start_ns", "probe_end_ns", "saturator_start_ns", "saturator_end_ns",
                 "saturator_last_end_ns", "saturator_blocks_at_probe_start", "attempt", "valid", "invalid_reason"):
         assert col in table.columns, col
