@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 
-def measure(name, trace, policies, rates, points) -> list[dict]:
+def measure(name, trace, policies, rates, points, min_blocks) -> list[dict]:
     from sitsprof.policies.engine.mrc import curve_capacities, mean_absolute_error, policy_curve
     from sitsprof.policies.registry import get_policy
 
@@ -26,13 +26,14 @@ def measure(name, trace, policies, rates, points) -> list[dict]:
     for policy in policies:
         module = get_policy(policy)
         policy_curve(trace, module, caps[:2], sample="exact")  # JIT warm-up, untimed
-        policy_curve(trace, module, caps[-2:], sample=0.01)
+        policy_curve(trace, module, caps[-2:], sample=0.01, min_blocks=min_blocks)
         exact = policy_curve(trace, module, caps, sample="exact")
         for rate in rates:
-            sampled = policy_curve(trace, module, caps, sample=rate)
+            sampled = policy_curve(trace, module, caps, sample=rate, min_blocks=min_blocks)
             err = np.abs(sampled.hit_ratios - exact.hit_ratios)
             rows.append({"trace": name, "references": len(trace), "blocks": int(trace.n_blocks), "policy": policy,
-                         "rate": rate, "points": len(caps), "mae": mean_absolute_error(sampled, exact),
+                         "rate": rate, "min_blocks": min_blocks, "points": len(caps),
+                         "mae": mean_absolute_error(sampled, exact),
                          "max_error": float(err.max()), "exact_s": exact.seconds, "sampled_s": sampled.seconds,
                          "speedup": exact.seconds / max(sampled.seconds, 1e-9)})
             r = rows[-1]
@@ -49,6 +50,7 @@ def main(argv=None) -> int:
     parser.add_argument("--policies", default="lru,arc,s3fifo,belady")
     parser.add_argument("--rates", default="0.1,0.01,0.001")
     parser.add_argument("--points", type=int, default=20)
+    parser.add_argument("--min-blocks", type=int, default=1000, help="smallest sampled cache (policy_curve)")
     parser.add_argument("--json", dest="json_out", help="write the rows here")
     args = parser.parse_args(argv)
 
@@ -64,7 +66,7 @@ def main(argv=None) -> int:
     traces.append((f"three-stack x{args.scale:g}", generator.requests_to_trace(requests)))
     rows = []
     for name, trace in traces:
-        rows += measure(name, trace, policies, rates, args.points)
+        rows += measure(name, trace, policies, rates, args.points, args.min_blocks)
     if args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as handle:
             json.dump(rows, handle, indent=1)

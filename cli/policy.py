@@ -135,11 +135,14 @@ conversation trace: LRU 0.0005-0.0007, ARC 0.0005-0.0008, S3-FIFO 0.0003, Belady
               help="Capacity spacing up to the trace's distinct blocks.")
 @click.option("--sample", "sample_text", default="auto", show_default=True, metavar="auto|exact|RATE",
               help="auto: exact unless too slow; exact: replay every point; RATE in (0, 1): SHARDS sampling.")
+@click.option("--min-sampled-blocks", "min_blocks", default=1000, show_default=True, type=click.IntRange(min=1),
+              help="Smallest sampled cache; a point below it samples at a higher rate (100: faster, "
+                   "mean error up to 0.0053 measured).")
 @click.option("--no-headroom", is_flag=True, help="Leave out the Belady (offline optimal) curve.")
 @_trace_options
 @click.option("--json", "as_json", is_flag=True,
               help="Print a policy-results document with the curves (report --policy-results draws them).")
-def mrc_cmd(trace_path, policy_text, points, spacing, sample_text, no_headroom, fmt, skip_bad_lines,
+def mrc_cmd(trace_path, policy_text, points, spacing, sample_text, min_blocks, no_headroom, fmt, skip_bad_lines,
             as_json) -> None:
     from sitsprof.policies.engine.mrc import curve_capacities, policy_curve
     from sitsprof.policies.engine.results import document, trace_summary
@@ -154,7 +157,7 @@ def mrc_cmd(trace_path, policy_text, points, spacing, sample_text, no_headroom, 
         sample = sample_text.strip().lower()
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
     caps = curve_capacities(trace.n_blocks, points, spacing)
-    curves = [policy_curve(trace, get_policy(name), caps, sample=sample) for name in names]
+    curves = [policy_curve(trace, get_policy(name), caps, sample=sample, min_blocks=min_blocks) for name in names]
     if as_json:
         emit_json(document([], trace=trace_summary(trace, trace_path, fmt), curves=[c.to_dict() for c in curves]))
         return

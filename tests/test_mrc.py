@@ -172,6 +172,10 @@ def test_small_capacities_sample_at_a_higher_rate():
     assert curve.rates[0] == curve.rates[1] == 1.0
     assert curve.hit_ratios[0] == simulate(trace, "s3fifo", 100).block_hit_ratio
     assert 0.4 < curve.rates[2] < 0.6 and 0.1 < curve.rates[3] < 0.15  # 1000 blocks / capacity
+    lower = policy_curve(trace, get_policy("s3fifo"), caps, sample=0.05, min_blocks=100)
+    assert lower.rates[0] == 1.0 and 0.15 < lower.rates[1] < 0.25 and np.all(lower.rates[2:] < 0.07)
+    with pytest.raises(PolicyEngineError, match="min_blocks 0 is not a whole number of blocks"):
+        policy_curve(trace, get_policy("s3fifo"), caps, sample=0.05, min_blocks=0)
 
 
 def sampled_errors(trace, rate, policies=("lru", "arc", "s3fifo", "belady")):

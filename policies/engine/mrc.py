@@ -285,10 +285,10 @@ def auto_rate(references: int, points: int, budget: int = EXACT_BUDGET) -> float
     return max(MIN_RATE, budget / work)
 
 
-def point_rate(rate: float, capacity: int) -> float:
+def point_rate(rate: float, capacity: int, min_blocks: int = MIN_SAMPLED_BLOCKS) -> float:
     """The rate a sampled point at `capacity` uses: `rate`, raised so that the sampled cache
-    holds at least MIN_SAMPLED_BLOCKS blocks (1.0: replay the whole trace)."""
-    return 1.0 if rate >= 1.0 else min(1.0, max(rate, MIN_SAMPLED_BLOCKS / capacity))
+    holds at least `min_blocks` blocks (1.0: replay the whole trace)."""
+    return 1.0 if rate >= 1.0 else min(1.0, max(rate, min_blocks / capacity))
 
 
 def _exact_ratios(trace, module: ModuleType, caps: np.ndarray) -> np.ndarray:
@@ -300,12 +300,13 @@ def _exact_ratios(trace, module: ModuleType, caps: np.ndarray) -> np.ndarray:
 
 
 def policy_curve(trace_or_blocks, module: ModuleType, capacities: Iterable, sample="auto",
-                 budget: int = EXACT_BUDGET) -> Curve:
+                 budget: int = EXACT_BUDGET, min_blocks: int = MIN_SAMPLED_BLOCKS) -> Curve:
     """`module`'s block hit ratio at each capacity.
 
     `sample`: "auto" (exact while the replays fit `budget`, see auto_rate; LRU always
     exact), "exact" (or 1.0), or a rate in (0, 1) for SHARDS sampling, each point at
-    `point_rate`. LRU's exact curve is one stack-distance pass whatever the number of
+    `point_rate` (`min_blocks`: the smallest sampled cache; lower is faster and less
+    accurate, docs/RESEARCH.md). LRU's exact curve is one stack-distance pass whatever the number of
     points. Capacities are checked (`check_capacity`)."""
     caps = np.asarray([check_capacity(c) for c in capacities], dtype=np.int64)
     trace = as_trace(trace_or_blocks)
@@ -321,7 +322,9 @@ def policy_curve(trace_or_blocks, module: ModuleType, capacities: Iterable, samp
         _check_rate(sample)
         rate = float(sample)
     start = time.perf_counter()
-    rates = np.array([point_rate(rate, int(c)) for c in caps], dtype=np.float64)
+    if isinstance(min_blocks, bool) or not isinstance(min_blocks, int) or min_blocks < 1:
+        raise PolicyEngineError(f"min_blocks {min_blocks!r} is not a whole number of blocks >= 1; give e.g. 1000")
+    rates = np.array([point_rate(rate, int(c), min_blocks) for c in caps], dtype=np.float64)
     ratios = np.empty(len(caps), dtype=np.float64)
     full = rates >= 1.0
     if full.any():
