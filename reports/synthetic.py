@@ -112,7 +112,7 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
         run.write_table("bandwidth", pd.DataFrame(rows))
         phase("bandwidth", 5.0)
     if "loaded" in parts:
-        frames = _loaded_frames(rng, samples - n_ladder, slowdown, chase_table)
+        frames = _loaded_frames(rng, samples - n_ladder, slowdown, sm_mhz)
         run.write_table("loaded", pd.concat(frames, ignore_index=True))
         phase("loaded", 30.0)
     run.update_meta(phases=phases, phases_origin_ns=origin_ns)
@@ -147,10 +147,12 @@ RETOUCH_LINES = 32
 MODEL_L2, MODEL_PEAK_GBS = 50 * MIB, 4200.0
 
 
-def _loaded_frames(rng, budget: int, slowdown: float, chase_table) -> list:
+def _loaded_frames(rng, budget: int, slowdown: float, sm_mhz: float) -> list:
     """Rows of probes/loaded as kernels/loaded.cu writes them, per level: `hbm` (the queueing
     curve), `hot` (near/far L2 hits under load) and `retouch` (each line a hit while it survives:
     exp(-age / lifetime), lifetime = L2 / injected bandwidth; a miss costs an HBM access)."""
+    import pandas as pd
+
     levels = np.linspace(0.0, 0.93, 10)
     per = max(budget // (2 * levels.size), 16)
     reps = max(1, per // (len(RETOUCH_INTERVALS_NS) * RETOUCH_LINES))
@@ -172,23 +174,35 @@ def _loaded_frames(rng, budget: int, slowdown: float, chase_table) -> list:
         lifetime = MODEL_L2 / (frac * MODEL_PEAK_GBS) if frac > 0 else np.inf  # bytes / (bytes per ns)
         survived = rng.random(iv.size) < np.exp(-age / lifetime)
         retouch = np.where(survived, hits(iv.size), misses(iv.size))
-        for access, vals, fp in (("hbm", misses(per), 64 * MIB), ("hot", hits(per), 2 * KIB),
-                                 ("retouch", retouch, 8 * MIB)):
-            frame = chase_table(np.full(vals.size, fp, dtype=np.int64), vals, "cg")
-            frame.insert(0, "level", np.int64(i))
-            frame.insert(1, "access", access)
-            frame.insert(2, "target_fraction", frac)
-            frame.insert(3, "throttle_ns", np.int64(0 if frac == 0 else int(2000 * (1 - frac))))
-            frame.insert(4, "achieved_gbs", frac * MODEL_PEAK_GBS)
-            frame.insert(5, "bandwidth_fraction", frac)
-            frame["probe_sm"] = np.int64(5)
-            frame["attempt"] = np.int64(0)
-            frame["valid"] = True
-            frame["invalid_reason"] = ""
+        t0 = 10**12 + i * 10**8  # %globaltimer: each level's chases inside its saturator's window
+        for k, (access, vals, fp) in enumerate((("hbm", misses(per), 64 * MIB), ("hot", hits(per), 2 * KIB),
+                                                ("retouch", retouch, 8 * MIB))):
+            n = vals.size
+            lat = np.maximum(vals, 1.0).astype(np.float32)
             is_rt = access == "retouch"
-            frame["interval_ns"] = iv if is_rt else np.int64(-1)
-            frame["age_ns"] = age.astype(np.float32) if is_rt else np.float32(np.nan)
-            frames.append(frame)
+            loaded = frac > 0
+            p0, p1 = t0 + k * 10**7 + 200_000, t0 + k * 10**7 + 5_000_000
+            frames.append(pd.DataFrame({  # the columns and order of probes/tables.LOADED_COLUMNS
+                "level": np.int64(i), "target_fraction": frac,
+                "throttle_ns": np.int64(0 if frac == 0 else int(2000 * (1 - frac))), "access": access,
+                "achieved_gbs": frac * MODEL_PEAK_GBS, "bandwidth_fraction": frac, "probe_sm": np.int64(5),
+                "saturator_blocks": np.int64(393 if loaded else 0), "blocks_left_probe_sm": np.int64(0),
+                "probe_start_ns": np.int64(p0), "probe_end_ns": np.int64(p1),
+                "probe_start_cycles": np.int64(p0 * sm_mhz // 1000), "probe_end_cycles": np.int64(p1 * sm_mhz // 1000),
+                "saturator_start_ns": np.int64(p0 - 150_000 if loaded else -1),
+                "saturator_end_ns": np.int64(p1 + 2_000 if loaded else -1),
+                "saturator_last_end_ns": np.int64(p1 + 9_000 if loaded else 0),
+                "saturator_blocks_at_probe_start": np.int64(393 if loaded else 0), "chase_mhz": float(sm_mhz),
+                "clock_source": "chase", "valid": True, "invalid_reason": "", "attempt": np.int64(0),
+                "footprint_bytes": np.int64(fp),
+                "round": np.repeat(np.arange(iv.size // RETOUCH_LINES), RETOUCH_LINES) if is_rt else np.int64(-1),
+                "interval_ns": iv if is_rt else np.int64(-1),
+                "age_cycles": (age * sm_mhz / 1e3).astype(np.int64) if is_rt else np.int64(-1),
+                "age_ns": age.astype(np.float32) if is_rt else np.float32(np.nan),
+                # first touches miss (fresh lines); a constant keeps the generator's random stream as it was
+                "prime_latency_cycles": np.float32(hbm_centre) if is_rt else np.float32(np.nan),
+                "sample": np.arange(n, dtype=np.int32), "latency_cycles": lat,
+                "latency_ns": (lat * 1e3 / sm_mhz).astype(np.float32)}))
     return frames
 
 

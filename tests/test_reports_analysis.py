@@ -82,6 +82,18 @@ def test_loaded_fit_and_replacement_delay(res):
     assert rt[9] == pytest.approx(lv.loc[9, "evicted_fraction"])
 
 
+def test_synthetic_loaded_table_has_the_probes_raw_columns(run_path):
+    """Issue 10.8: the synthetic run writes probes/loaded with the launchers' columns, in their order."""
+    from sitsprof.probes.tables import LOADED_COLUMNS
+
+    frame = open_run(run_path).read_table("loaded")
+    assert list(frame.columns) == list(LOADED_COLUMNS)
+    assert set(frame["access"]) == {"hbm", "hot", "retouch"} and frame["valid"].all()
+    rt = frame[frame["access"] == "retouch"]
+    assert (rt["age_ns"] > rt["interval_ns"]).all()
+    assert (frame.loc[frame["access"] != "retouch", "interval_ns"] == -1).all()
+
+
 def test_l1_bypassing_ladder_has_its_own_tiers(res):
     assert [t.name for t in res.tiers_cg][0] == "l2_near"
     assert res.tiers_cg[0].dist.summary["p50"] == pytest.approx(282, rel=0.05)
