@@ -115,7 +115,7 @@ class Emulator:
         self.mhz = 1980.0
         self.idle_mhz = 1980.0
         self.ramp_ns = 0
-        self.probe_sm = 3                # where an unpinned probe lands
+        self.probe_sm = 3                # where the next unpinned probe lands
         self.late_saturator: set[int] = set()   # loaded launches (counted) whose saturator starts after the probe
         self.hbm_starts: list[int] = []
         self.hbm_lines: list[set] = []
@@ -230,8 +230,9 @@ class Emulator:
 
     # loaded.cu: placement over a grid of 1-thread blocks (block b on SM b % SMS), window stamps
     def _place(self, grid, ctl, target):
-        if int(target) == ANY_SM:
+        if int(target) == ANY_SM:  # an unpinned probe lands anywhere: here on the next SM each time
             sm = self.probe_sm
+            self.probe_sm = (self.probe_sm + 1) % SMS
         else:
             sms = [b % SMS for b in range(grid[0])]
             if int(target) not in sms:

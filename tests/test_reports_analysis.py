@@ -80,6 +80,11 @@ def test_loaded_fit_and_replacement_delay(res):
     assert res.replacement_baseline[0].startswith("median hot-set hit latency under the same load")
     rt = res.loaded[res.loaded["access"] == "retouch"].set_index("level")["evicted_fraction"]
     assert rt[9] == pytest.approx(lv.loc[9, "evicted_fraction"])
+    from sitsprof.reports.run_report import replacement_figures
+
+    figs, tables = replacement_figures(res)
+    assert [f.title for f in figs] == ["Replacement delay per load level (CDF)", "L2 residency per load level"]
+    assert tables[1].title == "L2 residency time per load level" and len(tables[1].rows) == 10
 
 
 def test_synthetic_loaded_table_has_the_probes_raw_columns(run_path):
