@@ -74,3 +74,32 @@ def test_choose_throttles_inverts_a_monotone_calibration():
     # a noisy, non-monotone calibration still gives non-increasing bandwidth for more sleep
     noisy = A.choose_throttles(sleeps, [4000, 4050, 3500, 3600, 1600, 900, 480, 250], [3550])
     assert 100 <= noisy[0] <= 400
+
+
+def test_chase_clock_from_its_own_window():
+    """Issue 10.9: a chase's cycles convert at the clock of its own %globaltimer/clock64 window;
+    a window shorter than MIN_CLOCK_WINDOW_NS (the global timer ticks coarsely) falls back to the
+    session clock, and says so."""
+    g0, c0 = 10**9, 5 * 10**8
+    span = A.MIN_CLOCK_WINDOW_NS
+    assert A.chase_clock([g0, g0 + span, c0, c0 + span * 3 // 2], 1980.0) == (pytest.approx(1500.0), "chase")
+    assert A.chase_clock([g0, g0 + span - 1, c0, c0 + span], 1980.0) == (1980.0, "session")
+    cols = A.clock_columns([g0, g0 + span, c0, c0 + 2 * span], 1980.0)
+    assert cols["chase_mhz"] == pytest.approx(2000.0) and cols["chase_end_ns"] - cols["chase_start_ns"] == span
+
+
+def test_placement_needs_the_probe_window_inside_the_saturators():
+    """Issue 10.7: the validity of a loaded chase from its raw window stamps."""
+    w = {"probe_start_ns": 100, "probe_end_ns": 200, "saturator_start_ns": 50, "saturator_end_ns": 250,
+         "saturator_blocks_at_probe_start": 10}
+    assert A.placement(True, True, 3, 3, w) == (True, "")
+    assert A.placement(False, True, None, 5, {**w, "saturator_start_ns": -1}) == (True, "")  # idle level
+    assert "had not started" in A.placement(True, True, 3, 3, {**w, "saturator_start_ns": 150})[1]
+    assert "had not started" in A.placement(True, True, 3, 3, {**w, "saturator_blocks_at_probe_start": 0})[1]
+    assert "stopped before" in A.placement(True, True, 3, 3, {**w, "saturator_end_ns": 199})[1]
+    assert "not on SM 3" in A.placement(True, True, 3, 4, w)[1]
+    assert "no probe block landed" in A.placement(True, False, 3, 2**32 - 1, w)[1]
+
+
+def test_line_ages_wrap_with_the_32_bit_stamps():
+    assert A.line_ages([10, 2**32 - 5], [30, 7]).tolist() == [20, 12]
