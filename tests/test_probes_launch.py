@@ -381,7 +381,9 @@ class FakeRawKernel:
         st["emulator"].launch(st["name"], grid, block, args, shared_mem=shared_mem, carveout=st["carveout"])
 
 
-#: cudaDeviceProp of the emulated device (an H200's shared-memory sizes, a small L2 and 4 SMs).
+#: cudaDeviceProp of the emulated device (an H200's shared-memory sizes, a small L2 and 4 SMs), with
+#: the keys CuPy's runtime.getDeviceProperties returns (cupy_backends/cuda/api/runtime.pyx: l2CacheSize,
+#: sharedMemPerMultiprocessor, sharedMemPerBlockOptin, reservedSharedMemPerBlock, ...).
 PROPS = {"name": b"NVIDIA H200 (emulated)", "major": 9, "minor": 0, "multiProcessorCount": SMS,
          "l2CacheSize": L2, "sharedMemPerMultiprocessor": 228 * KiB, "sharedMemPerBlockOptin": 227 * KiB,
          "reservedSharedMemPerBlock": KiB, "sharedMemPerBlock": 48 * KiB}
