@@ -11,6 +11,7 @@ import time
 import click
 
 from .console import load_trace, run_with_progress, stdout_console
+from .options import DURATION
 
 
 @click.command("serve-metrics")
@@ -23,8 +24,8 @@ from .console import load_trace, run_with_progress, stdout_console
 @click.option("--model", "model_name", default=None, help="Model preset for the cost model (default qwen2-72b).")
 @click.option("--bind", "addr", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=9464, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port).")
-@click.option("--duration", type=click.FloatRange(min=0), default=None,
-              help="Serve for this many seconds, then exit (default: until interrupted).")
+@click.option("--duration", type=DURATION, default=None,
+              help="Serve this long (30s, 10m), then exit (default: until interrupted).")
 @click.option("--once", is_flag=True, help="Print the metrics in Prometheus text format and exit (no server).")
 def serve_metrics(trace_path, policy_text, capacity_text, calibration, model_name, addr, port, duration, once):
     """Replay TRACE, then expose semantic_cache_hit_ratio, shard_eviction_rate and CTCCI to Prometheus."""
@@ -61,8 +62,9 @@ def serve_metrics(trace_path, policy_text, capacity_text, calibration, model_nam
 
 
 @click.command("claims")
-@click.option("--mooncake", "mooncake_path", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="Also run on this Mooncake trace (at 1000, 10000, 50000 blocks).")
+@click.option("--mooncake", "mooncake_path", default=None,
+              help="Also run on this Mooncake trace (at 1000, 10000, 50000 blocks); bundled:mooncake is "
+                   "the one sitsprof ships.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the three-stack workload.")
 @click.option("--calibration", default=None, help="Calibration JSON (default: hopper-published, not measured).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
@@ -86,19 +88,54 @@ def claims_cmd(mooncake_path, seed, calibration, as_json):
 
 
 def _claims_table(claim: dict):
+    """One claim on one workload: rows by capacity, each capacity's verdict (holds / does not
+    hold) in the verdict column of its first row, and under the table the measured numbers
+    each verdict compared."""
+    from rich import box
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
+
+    from .console import TOKENS_COLUMN, calibration_label
 
     rows = claim["rows"]
-    table = Table(title=f"{claim['workload']} ({claim['blocks']:,} blocks): {claim['claim']}", title_justify="left")
+    cost = {"calibration": rows[0].get("calibration"), "calibration_kind": rows[0].get("calibration_kind")} \
+        if rows else {}
+    table = Table(title=f"{claim['workload']} ({claim['blocks']:,} blocks): {claim['claim']}", title_justify="left",
+                  box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
     stacks = list(rows[0]["stack_hit_ratio"]) if rows else []
-    for col in ["policy", "capacity", "block hit", "prefix hit", *[f"hit {s}" for s in stacks], "P95 ms", "tok/s"]:
-        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
-    for r in rows:
-        tps = r["tokens_per_s"]
-        table.add_row(r["policy"], f"{r['capacity']:,}", f"{r['block_hit_ratio']:.4f}", f"{r['prefix_hit_ratio']:.4f}",
-                      *[f"{r['stack_hit_ratio'][s]:.4f}" for s in stacks], f"{r['ttft_p95_ms']:,.1f}",
-                      "-" if tps is None else f"{tps:,.1f}")
-    return table
+    # (prefix hit ratio: in --json; the table keeps to what the claims compare, in 120 columns)
+    columns = ["capacity", "policy", "block hit", *[f"hit {s}" for s in stacks], "P95 ms",
+               TOKENS_COLUMN, "verdict"]
+    verdicts = {v["capacity"]: v for v in claim.get("verdicts", [])}
+    styles = {"holds": "green", "does not hold": "bold red"}
+    groups = []
+    for capacity in dict.fromkeys(r["capacity"] for r in rows):
+        verdict = verdicts.get(capacity)
+        group = []
+        for i, r in enumerate(x for x in rows if x["capacity"] == capacity):
+            tps = r["tokens_per_s"]
+            group.append([f"{capacity:,}" if i == 0 else "", r["policy"], f"{r['block_hit_ratio']:.4f}",
+                          *[f"{r['stack_hit_ratio'][s]:.4f}" for s in stacks],
+                          "-" if r["ttft_p95_ms"] is None else f"{r['ttft_p95_ms']:,.1f}",
+                          "-" if tps is None else f"{tps:,.1f}",
+                          verdict["verdict"] if i == 0 and verdict is not None else ""])
+        groups.append(group)
+    for j, col in enumerate(columns):
+        # every figure whole (min_width), headers fold onto two lines when the terminal is narrow
+        width = max([len(g[j]) for group in groups for g in group] + [4])
+        table.add_column(col, justify="left" if col in ("policy", "verdict") else "right", min_width=width,
+                         overflow="fold")
+    for group in groups:
+        for cells in group:
+            if cells[-1]:
+                cells[-1] = f"[{styles.get(cells[-1], 'yellow')}]{cells[-1]}[/]"
+            table.add_row(*cells)
+        table.add_section()
+    lines = [Text(f"  at {v['capacity']:,} blocks: {v['summary']}") for v in claim.get("verdicts", [])]
+    lines.append(Text(f"  calibration {calibration_label(cost)}; the verdict checks the claim's comparison, "
+                      "not its figures (quoted for other workloads)"))
+    return Group(table, *lines)
 
 
 COMMANDS: list = []  # serve-metrics and claims are sub-commands of `policy` (cli/policy.py lists them)

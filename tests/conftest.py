@@ -1,4 +1,4 @@
-"""Shared test fixtures: GPU detection for `-m gpu` tests, the shared Mooncake trace, the fake
+"""Shared test fixtures: GPU detection for `-m gpu` tests, the bundled Mooncake trace, the fake
 NVML, the in-process CLI and the HTML reference scanner.
 
 Helpers that several test modules use live here, as fixtures, so that no test module imports
@@ -15,7 +15,8 @@ import fake_nvml
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MOONCAKE = ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
+#: The Mooncake conversation trace shipped in the package (xz; `bundled:mooncake`; NOTICE has its source).
+MOONCAKE = ROOT / "policies" / "data" / "mooncake_conversation.jsonl.xz"
 
 
 def _gpu_absent_reason() -> str | None:
@@ -60,9 +61,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def mooncake_path() -> Path:
-    """The real Mooncake conversation trace beside the checkout (skips where it is absent)."""
-    if not MOONCAKE.exists():
-        pytest.skip(f"shared Mooncake trace not found at {MOONCAKE}")
+    """The real Mooncake conversation trace, as the repository ships it (compressed)."""
+    assert MOONCAKE.exists(), f"the bundled Mooncake trace is missing: {MOONCAKE}"
     return MOONCAKE
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import lzma
 
 import numpy as np
 import pytest
@@ -56,7 +57,7 @@ def test_mooncake_real_trace_counts(mooncake, mooncake_path):
 
 
 def test_mooncake_real_trace_matches_file(mooncake, mooncake_path):
-    with open(mooncake_path) as handle:
+    with lzma.open(mooncake_path, "rt") as handle:  # the bundled copy is xz-compressed
         rows = [json.loads(line) for line in handle]
     offsets = mooncake.request_offsets
     for r in (0, 1, 777, len(rows) - 1):

@@ -18,6 +18,7 @@ from sitsprof.common.atomic import atomic_write
 from ..errors import TraceFormatError
 from .ids import INT32_MAX, trace_from_ids
 from .lines import INT64_MAX, INT64_MIN, BadLines, shown, with_skips
+from .opening import open_binary, open_text
 from .trace import Trace
 
 _CSV_NAMES = {
@@ -69,7 +70,7 @@ def read_csv(path, skip_bad_lines: bool = False) -> Trace:
 
 def _csv_layout(path: Path) -> tuple[list[str], int] | None:
     """(columns, lines before the data) from the first line with content; None if unusual."""
-    with open(path, encoding="utf-8-sig", errors="replace") as handle:
+    with open_text(path, encoding="utf-8-sig", errors="replace") as handle:
         for lineno, line in enumerate(handle, 1):
             text = line.strip()
             if not text:
@@ -98,11 +99,12 @@ def _read_csv_fast(path: Path) -> Trace | None:
     columns, skip = layout
     dtypes = {"timestamp": np.float64, "obj_id": np.int64, "size": np.int64, "tenant": object}
     try:
-        frame = pd.read_csv(
-            path, header=None, names=columns, skiprows=skip, dtype={c: dtypes[c] for c in columns},
-            skipinitialspace=True, keep_default_na=False, na_values=[], encoding="utf-8-sig",
-            encoding_errors="replace", engine="c",
-        )
+        with open_binary(path) as handle:
+            frame = pd.read_csv(
+                handle, header=None, names=columns, skiprows=skip, dtype={c: dtypes[c] for c in columns},
+                skipinitialspace=True, keep_default_na=False, na_values=[], encoding="utf-8-sig",
+                encoding_errors="replace", engine="c",
+            )
     except (ValueError, OverflowError, TypeError):  # ParserError is a ValueError
         return None
     if frame.empty or frame.isna().to_numpy().any():
@@ -141,7 +143,7 @@ def _read_csv_lines(path: Path, skip_bad_lines: bool) -> Trace:
     ids: list[int] = []
     sizes: list[int] = []
     tenants: list[str] = []
-    with open(path, encoding="utf-8-sig", errors="replace") as handle:
+    with open_text(path, encoding="utf-8-sig", errors="replace") as handle:
         for lineno, line in enumerate(handle, 1):
             text = line.strip()
             if not text or text.startswith("#"):

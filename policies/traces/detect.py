@@ -2,7 +2,9 @@
 
 The one entry point the commands use: `read_trace(path, format=None)` picks the format
 (`FORMATS`; the readers are one module each: mooncake, requests, oracle, csvfile), turns a
-missing or unreadable file into a `TraceFormatError`, and returns the `Trace`.
+missing or unreadable file into a `TraceFormatError`, and returns the `Trace`. Files are
+opened through `opening.py`: gzip, xz and bzip2 are read as they are, and `bundled:mooncake`
+names the trace shipped in the package.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from ..errors import TraceFormatError
 from .csvfile import read_csv
 from .mooncake import read_mooncake
+from .opening import DECOMPRESS_ERRORS, inner_name, open_binary, resolve
 from .oracle import read_oracle
 from .requests import read_requests
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
@@ -29,19 +32,19 @@ _SUFFIXES = {
     ".oracle": "oracle",
     ".bin": "oracle",
 }
-_COMPRESSED = (".zst", ".gz", ".bz2", ".xz", ".lz4")
+_COMPRESSED = (".zst", ".lz4")  # gzip, xz and bzip2 are read (opening.py)
 
 
 def detect_format(path) -> str:
     """The trace format of `path`, from its extension, else from its first bytes."""
-    path = Path(path)
-    name = path.name.lower()
+    path = resolve(path)
+    name = inner_name(path)
     if name.endswith(_COMPRESSED):
-        raise TraceFormatError(path, "compressed traces are not read directly", fix="decompress it first")
+        raise TraceFormatError(path, "zstd- or lz4-compressed traces are not read yet", fix="decompress it first")
     for suffix, fmt in _SUFFIXES.items():
         if name.endswith(suffix):
             return _sniff_jsonl(path) if fmt == "mooncake" else fmt
-    with open(path, "rb") as handle:
+    with open_binary(path) as handle:
         head = handle.read(4096)
     if not head.strip():
         raise TraceFormatError(path, "empty trace: the file has no data")
@@ -58,7 +61,7 @@ def detect_format(path) -> str:
 
 def _sniff_jsonl(path: Path) -> str:
     """'requests' when the first JSON object has a `model_stack` field, else 'mooncake'."""
-    with open(path, "rb") as handle:
+    with open_binary(path) as handle:
         for raw in handle:
             if raw.strip():
                 try:
@@ -77,9 +80,11 @@ def read_trace(
 ) -> Trace:
     """Read a trace file in any supported format (auto-detected when `format` is None)."""
     try:
-        return _read_trace(Path(path), format, skip_bad_lines, block_tokens)
-    except OSError as exc:  # unreadable file, vanished mid-read, ...
+        return _read_trace(resolve(path), format, skip_bad_lines, block_tokens)
+    except OSError as exc:  # unreadable file, vanished mid-read, not really gzip, ...
         raise TraceFormatError(path, f"cannot read the file: {exc.strerror or exc}") from None
+    except DECOMPRESS_ERRORS as exc:  # a truncated or damaged compressed stream
+        raise TraceFormatError(path, f"damaged compressed file: {exc}") from None
 
 
 def _read_trace(path: Path, format, skip_bad_lines: bool, block_tokens: int) -> Trace:  # noqa: A002

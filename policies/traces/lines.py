@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from ..errors import TraceFormatError
+from .opening import open_binary
 from .trace import Trace
 
 MAX_SKIP_EXAMPLES = 5
@@ -102,7 +103,7 @@ def hash_ids_problem(ids) -> str | None:
 def jsonl_rows(path: Path, bad: BadLines, problem_of):
     """The parsed objects of a JSONL file that `problem_of` finds nothing wrong with."""
     loads = json.loads
-    with open(path, "rb") as handle:
+    with open_binary(path) as handle:
         for lineno, raw in enumerate(handle, 1):
             if not raw.strip():
                 continue

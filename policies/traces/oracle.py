@@ -15,6 +15,7 @@ from sitsprof.common.atomic import atomic_write
 from ..errors import TraceFormatError
 from .ids import INT32_MAX, constant_column, dense_ids, trace_from_ids
 from .lines import BadLines, with_skips
+from .opening import data_size, open_binary
 from .trace import Trace
 
 # libCacheSim oracleGeneral record; a packed structured dtype is exactly 24 bytes.
@@ -32,7 +33,7 @@ def read_oracle(path, skip_bad_lines: bool = False, chunk: int = 1 << 18) -> Tra
     (as in most cache traces: size 1) `tokens` is a constant zero-stride column."""
     path = Path(path)
     bad = BadLines(path, skip_bad_lines)
-    size = path.stat().st_size
+    size = data_size(path)
     n, rest = divmod(size, ORACLE_DTYPE.itemsize)
     if rest:
         bad.bad(
@@ -49,7 +50,7 @@ def read_oracle(path, skip_bad_lines: bool = False, chunk: int = 1 << 18) -> Tra
     first_size = None
     buf = np.empty(min(chunk, n), dtype=ORACLE_DTYPE)
     raw = memoryview(buf.view(np.uint8))
-    with open(path, "rb", buffering=0) as handle:
+    with open_binary(path, buffering=0) as handle:
         for lo in range(0, n, len(buf)):
             hi = min(n, lo + len(buf))
             want = (hi - lo) * ORACLE_DTYPE.itemsize
