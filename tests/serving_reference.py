@@ -1,0 +1,566 @@
+"""Plain-Python references of the serving-engine replay's rules (issue 11), for the tests.
+
+Independent of `sitsprof.policies.serving` (no numba, no import of it): dicts, lists,
+`collections.deque` / `OrderedDict`, written from vLLM's and SGLang's documented behaviour.
+
+vLLM v1 block pool (docs/design/prefix_caching.md "Automatic Prefix Caching" of
+vllm-project/vllm, and vllm/v1/core/block_pool.py, kv_cache_manager.py,
+single_type_kv_cache_manager.py, sched/scheduler.py, read to learn the rules):
+- `capacity` physical blocks, each with a reference count and, once full, a block hash (here
+  the block's content id: a re-blocked trace's ids are prefix hashes already). "We only cache
+  full blocks" (design doc, Note 1): a partial block never gets a hash.
+- A cached block maps hash -> {physical block: ...}; vLLM does not de-duplicate (block
+  tables are append-only: design doc "Duplicated blocks"; BlockPool.cached_block_hash_to_block
+  comment), so two requests that computed the same block hold two cached copies and a lookup
+  takes the first one registered (`get_cached_block`). `duplicates="single"` is the variant
+  where one id has one cached copy and a later copy stays an uncached private block (the
+  replay in policies/serving/pool.py states that rule); the differential test uses that one.
+- Free blocks sit in one free queue (FreeKVCacheBlockQueue): never-used blocks and blocks freed
+  without a hash at its head (BlockPool.free_blocks prepends "fresh" blocks, so they are used
+  first), cached blocks with ref 0 appended at its tail; allocation pops the head, and a
+  popped block that is cached is EVICTED (its hash dropped: `_maybe_evict_cached_block`).
+  So the head of the cached part is the LRU victim (design doc "Eviction (LRU)").
+- Lookup (`KVCacheManager.get_computed_blocks`): the longest run of cached full blocks from
+  the first block, stopping at the first miss, with max_cache_hit_length = num_tokens - 1
+  ("we must recompute the last token to obtain logits"), i.e. at most
+  floor((num_tokens - 1) / block_tokens) blocks.
+- allocate_slots: the new blocks needed are ceil((computed + new tokens) / block) minus the
+  blocks held and hit; refused (None) when that exceeds the free queue's length minus the hit
+  blocks that sit in it (ref 0); otherwise the hit blocks are "touched" (ref++, removed from the
+  free queue), the new blocks popped, and every block that the scheduled tokens make full gets
+  its hash at once ("so that the block can be reused by other requests in the same batch").
+- Free (finish or preemption): ref-- on every block of the request in REVERSE order
+  (tail first: "the last block of a request must hash more tokens and is less likely to be
+  reused"), blocks reaching 0 appended to the free queue in that order.
+
+vLLM v1 scheduler (sched/scheduler.py `Scheduler.schedule`, FCFS policy):
+- token budget max_num_batched_tokens per step; RUNNING requests first, in list order, each
+  scheduled for min(num_tokens - num_computed_tokens, budget) tokens (chunked prefill; one
+  decode token once the prompt is in). When allocate_slots fails, `self.running.pop()`: the
+  LAST running request (the newest) is preempted (`_preempt_request`: blocks freed, computed
+  tokens reset to 0, output tokens kept, `waiting.prepend_request`: to the FRONT of the waiting
+  queue), repeated until it fits or the request itself was the one popped.
+- Only if nothing was preempted this step: WAITING requests in FCFS order while
+  len(running) < max_num_seqs and budget remains: a request with no computed tokens looks up
+  its cached prefix; num_new_tokens = num_tokens - computed (num_tokens counts the outputs of a
+  resumed request), chunked to the budget; allocate_slots, and the first that cannot be
+  allocated stops admission (`break`).
+- After the step (update_from_output): a request whose computed tokens reach num_tokens
+  samples one token; with output_tokens of them it finishes and frees its blocks. The last
+  output token's KV is never written, so a request ends holding
+  ceil((prompt + output - 1) / block) blocks; one that needs more than the pool is rejected.
+
+SGLang radix cache (python/sglang/srt/mem_cache/radix_cache.py `RadixCache`), at block
+granularity: a node per cached block, its parent the previous block of the prefix;
+`match_prefix` walks from the root and stamps `last_access_time` on each node it passes;
+`inc_lock_ref` / `dec_lock_ref` lock the path of a running request (here a lock count per node
+for each running request holding it); `evict` takes the unlocked LEAF with the smallest
+last_access_time, deletes it, and its parent, once childless and unlocked, becomes a leaf
+that competes by its own time; `insert` of a block already in the tree keeps the tree's copy
+and frees the request's duplicate (no duplicates in a radix tree). Access time here is a
+counter that ticks once per node stamped, root to leaf, so no two stamps tie: stamped at a
+request's hit (admission), when its block enters the tree, and on its whole path when it
+finishes (`cache_finished_req` inserts the finished sequence, stamping its path).
+
+Time: a step starts at `now`; requests with arrival <= now join the waiting queue first; the
+step lasts `step_time` (a number, or a callable of the `Step` record); when nothing runs or
+waits the clock jumps to the next arrival.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def blocks_needed(prompt_tokens: int, output_tokens: int, block_tokens: int) -> int:
+    """Blocks a request holds at its end: the KV of prompt + output - 1 tokens."""
+    return ceil_div(prompt_tokens + output_tokens - 1, block_tokens)
+
+
+@dataclass
+class Request:
+    """One request. `blocks` are content ids of its blocks in order: at least its full prompt
+    blocks (prompt_tokens // block_tokens of them); blocks past the list get private ids that no
+    other request has."""
+
+    arrival: float
+    blocks: Sequence[int]
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass
+class Outcome:
+    index: int
+    status: str = "future"  # done | rejected
+    reason: str = ""
+    first_scheduled_step: int = -1
+    first_token_step: int = -1
+    finish_step: int = -1
+    first_scheduled_time: float = -1.0
+    first_token_time: float = -1.0
+    finish_time: float = -1.0
+    cached_blocks: int = -1  # hit blocks at the first admission
+    admissions: list = field(default_factory=list)  # hit blocks at each admission
+    preemptions: int = 0
+
+
+@dataclass
+class Step:
+    index: int
+    start: float
+    scheduled: list  # (request index, tokens, computed tokens before the step)
+    n_running: int
+
+
+@dataclass
+class Result:
+    requests: list
+    evictions: list  # content ids in eviction order
+    hit_blocks: int  # sum over admissions
+    steps: list
+    end_time: float
+    preemptions: int
+    rejected: int
+
+
+# ---------------------------------------------------------------------------------------
+# vLLM v1 block pool
+
+
+class VllmPool:
+    """BlockPool + free queue (LRU), physical blocks 0..capacity-1."""
+
+    def __init__(self, capacity: int, duplicates: str = "vllm"):
+        if duplicates not in ("vllm", "single"):
+            raise ValueError(duplicates)
+        self.capacity = capacity
+        self.duplicates = duplicates
+        self.ref = [0] * capacity
+        self.content: list = [None] * capacity  # the block hash (content id) once cached
+        self.fresh: deque = deque(range(capacity))  # head of the free queue: blocks with no hash
+        self.lru: OrderedDict = OrderedDict()  # cached blocks with ref 0, first = LRU victim
+        self.cached: dict = {}  # content id -> {physical: None}, in registration order
+        self.evictions: list = []
+
+    def num_free(self) -> int:
+        return len(self.fresh) + len(self.lru)
+
+    def lookup(self, ids: Sequence[int], max_blocks: int) -> int:
+        k = 0
+        while k < max_blocks and ids[k] in self.cached:
+            k += 1
+        return k
+
+    def _first(self, x: int) -> int:
+        return next(iter(self.cached[x]))
+
+    def can_allocate(self, hit_ids: Sequence[int], n_new: int) -> bool:
+        in_queue = sum(1 for x in hit_ids if self.ref[self._first(x)] == 0)
+        return n_new <= self.num_free() - in_queue
+
+    def touch(self, hit_ids: Sequence[int]) -> list:
+        phys = []
+        for x in hit_ids:
+            p = self._first(x)
+            if self.ref[p] == 0:
+                del self.lru[p]
+            self.ref[p] += 1
+            phys.append(p)
+        return phys
+
+    def new_blocks(self, n: int) -> list:
+        out = []
+        for _ in range(n):
+            if self.fresh:
+                p = self.fresh.popleft()
+            else:
+                p, _ = self.lru.popitem(last=False)
+                x = self.content[p]
+                copies = self.cached[x]
+                del copies[p]
+                if not copies:
+                    del self.cached[x]
+                self.content[p] = None
+                self.evictions.append(x)
+            self.ref[p] = 1
+            out.append(p)
+        return out
+
+    def register(self, p: int, x: int) -> None:
+        """Block p became full holding content x."""
+        if self.content[p] is not None:
+            return
+        if self.duplicates == "single" and x in self.cached:
+            return  # stays an uncached private copy
+        self.content[p] = x
+        self.cached.setdefault(x, {})[p] = None
+
+    def free(self, phys: Sequence[int]) -> None:
+        """Free a request's blocks (given in table order): tail first."""
+        for p in reversed(phys):
+            self.ref[p] -= 1
+            if self.ref[p] == 0:
+                if self.content[p] is None:
+                    self.fresh.appendleft(p)
+                else:
+                    self.lru[p] = None
+
+    def pinned_content(self) -> set:
+        return {self.content[p] for p in range(self.capacity) if self.ref[p] > 0 and self.content[p] is not None}
+
+
+# ---------------------------------------------------------------------------------------
+# SGLang radix cache at block granularity
+
+
+class _Node:
+    __slots__ = ("parent", "children", "lock", "access")
+
+    def __init__(self, parent):
+        self.parent = parent
+        self.children: set = set()
+        self.lock = 0
+        self.access = 0
+
+
+_ROOT = object()
+
+
+class RadixPool:
+    """RadixCache: one node per cached block; slots = tree nodes + uncached private blocks.
+
+    A request's table entries are ("node", content id) for blocks in the tree (locked by it)
+    and ("priv", None) for its blocks not (yet) in the tree."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.nodes: dict = {}
+        self.n_private = 0
+        self.n_unlocked = 0
+        self.clock = 0
+        self.heap: list = []  # (access, content id) of candidate leaves, validated on pop
+        self.evictions: list = []
+
+    def free_slots(self) -> int:
+        return self.capacity - len(self.nodes) - self.n_private
+
+    def num_free(self) -> int:
+        # every unlocked node is evictable: a locked node's ancestors are locked (path locks)
+        return self.free_slots() + self.n_unlocked
+
+    def _stamp(self, x) -> None:
+        self.clock += 1
+        node = self.nodes[x]
+        node.access = self.clock
+        if node.lock == 0 and not node.children:
+            heapq.heappush(self.heap, (node.access, x))
+
+    def lookup(self, ids: Sequence[int], max_blocks: int) -> int:
+        k = 0
+        parent = _ROOT
+        while k < max_blocks and ids[k] in self.nodes:
+            assert self.nodes[ids[k]].parent == parent, "block ids are not prefix ids"
+            parent = ids[k]
+            k += 1
+        return k
+
+    def can_allocate(self, hit_ids: Sequence[int], n_new: int) -> bool:
+        unlocked_hits = sum(1 for x in hit_ids if self.nodes[x].lock == 0)
+        return n_new <= self.num_free() - unlocked_hits
+
+    def _lock(self, x) -> None:
+        node = self.nodes[x]
+        if node.lock == 0:
+            self.n_unlocked -= 1
+        node.lock += 1
+
+    def _unlock(self, x) -> None:
+        node = self.nodes[x]
+        node.lock -= 1
+        if node.lock == 0:
+            self.n_unlocked += 1
+            if not node.children:
+                heapq.heappush(self.heap, (node.access, x))
+
+    def touch(self, hit_ids: Sequence[int]) -> list:
+        for x in hit_ids:  # root to leaf: match_prefix stamps the path
+            self._stamp(x)
+            self._lock(x)
+        return [("node", x) for x in hit_ids]
+
+    def _evict_one(self) -> None:
+        while True:
+            access, x = heapq.heappop(self.heap)
+            node = self.nodes.get(x)
+            if node is None or node.lock or node.children or node.access != access:
+                continue
+            del self.nodes[x]
+            self.n_unlocked -= 1
+            self.evictions.append(x)
+            parent = node.parent
+            if parent is not _ROOT:
+                pn = self.nodes[parent]
+                pn.children.discard(x)
+                if not pn.children and pn.lock == 0:
+                    heapq.heappush(self.heap, (pn.access, parent))
+            return
+
+    def new_blocks(self, n: int) -> list:
+        out = []
+        for _ in range(n):
+            if self.free_slots() <= 0:
+                self._evict_one()
+            self.n_private += 1
+            out.append(("priv", None))
+        return out
+
+    def register_entry(self, entry, x, parent):
+        """The request's block (entry) became full holding content x after `parent`; returns
+        its new table entry (it enters the tree, or joins the tree's copy: insert dedupes)."""
+        if entry[0] == "node":
+            return entry
+        self.n_private -= 1
+        if x in self.nodes:
+            self._lock(x)
+        else:
+            node = _Node(parent)
+            self.nodes[x] = node
+            self.n_unlocked += 1  # counted unlocked, then locked by this request
+            if parent is not _ROOT:
+                self.nodes[parent].children.add(x)
+            self._lock(x)
+        self._stamp(x)
+        return ("node", x)
+
+    def free(self, entries: Sequence, finished: bool) -> None:
+        if finished:  # cache_finished_req: the finished sequence is inserted, its path stamped
+            for e in entries:
+                if e[0] == "node":
+                    self._stamp(e[1])
+        for e in reversed(entries):
+            if e[0] == "node":
+                self._unlock(e[1])
+            else:
+                self.n_private -= 1
+
+    def pinned_content(self) -> set:
+        return {x for x, node in self.nodes.items() if node.lock > 0}
+
+
+# ---------------------------------------------------------------------------------------
+# the scheduler
+
+
+class _Req:
+    __slots__ = ("i", "ids", "prompt", "output", "computed", "generated", "table", "registered", "out")
+
+    def __init__(self, i, ids, prompt, output, out):
+        self.i = i
+        self.ids = ids
+        self.prompt = prompt
+        self.output = output
+        self.computed = 0
+        self.generated = 0
+        self.table: list = []  # physical blocks (vLLM) / entries (radix), in order
+        self.registered = 0  # leading blocks that got their hash
+        self.out = out
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt + self.generated
+
+
+def _content_ids(req: Request, block_tokens: int, next_private: list) -> list:
+    need = blocks_needed(req.prompt_tokens, req.output_tokens, block_tokens)
+    ids = list(req.blocks[:need])
+    full = req.prompt_tokens // block_tokens
+    if len(ids) < min(full, need):
+        raise ValueError(f"request lists {len(ids)} blocks; its prompt has {full} full blocks")
+    while len(ids) < need:
+        ids.append(next_private[0])
+        next_private[0] -= 1  # private ids: negative, unique
+    return ids
+
+
+def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16,
+           max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
+           step_time: float | Callable[[Step], float] = 1.0, engine: str = "vllm",
+           duplicates: str = "vllm") -> Result:
+    """Replay `requests` (in arrival order, ties by index) through the engine's rules."""
+    if engine == "vllm":
+        pool = VllmPool(capacity, duplicates)
+    elif engine == "sglang":
+        pool = RadixPool(capacity)
+    else:
+        raise ValueError(f"unknown engine {engine!r}")
+    bt = block_tokens
+    order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival, i))
+    outcomes = [Outcome(index=i) for i in range(len(requests))]
+    next_private = [-1]
+    reqs = {}
+    for i in order:
+        r = requests[i]
+        reqs[i] = _Req(i, _content_ids(r, bt, next_private), r.prompt_tokens, max(1, r.output_tokens), outcomes[i])
+    waiting: deque = deque()
+    running: list = []
+    steps: list = []
+    now = 0.0
+    nxt = 0
+    remaining = len(order)
+    hit_total = 0
+    n_preempt = 0
+    n_rejected = 0
+
+    def register_full(q: _Req, upto_tokens: int) -> None:
+        full = min(upto_tokens, q.num_tokens) // bt
+        for j in range(q.registered, full):
+            if engine == "vllm":
+                pool.register(q.table[j], q.ids[j])
+            else:
+                parent = q.ids[j - 1] if j else _ROOT
+                q.table[j] = pool.register_entry(q.table[j], q.ids[j], parent)
+        q.registered = max(q.registered, full)
+
+    def release(q: _Req, finished: bool) -> None:
+        if engine == "vllm":
+            pool.free(q.table)
+        else:
+            pool.free(q.table, finished)
+        q.table = []
+        q.registered = 0
+
+    while remaining:
+        while nxt < len(order) and requests[order[nxt]].arrival <= now:
+            q = reqs[order[nxt]]
+            nxt += 1
+            need = len(q.ids)
+            if need > capacity:
+                q.out.status = "rejected"
+                q.out.reason = (f"needs {need} blocks of {bt} tokens (prompt {q.prompt} + output {q.output} - 1 "
+                                f"tokens), the pool holds {capacity}")
+                n_rejected += 1
+                remaining -= 1
+            else:
+                waiting.append(q)
+        if not running and not waiting:
+            if nxt >= len(order):
+                break
+            now = requests[order[nxt]].arrival
+            continue
+        budget = max_num_batched_tokens
+        scheduled: list = []  # (req, tokens, computed before)
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            q = running[i]
+            new = min(q.num_tokens - q.computed, budget)
+            ok = False
+            while True:
+                need = ceil_div(q.computed + new, bt) - len(q.table)
+                if need <= 0 or pool.can_allocate((), need):
+                    ok = True
+                    break
+                victim = running.pop()
+                release(victim, finished=False)
+                victim.computed = 0
+                waiting.appendleft(victim)
+                victim.out.preemptions += 1
+                n_preempt += 1
+                preempted = True
+                if victim is q:
+                    break
+            if not ok:
+                break
+            if need > 0:
+                q.table.extend(pool.new_blocks(need))
+            register_full(q, q.computed + new)
+            scheduled.append((q, new, q.computed))
+            budget -= new
+            i += 1
+        if not preempted:
+            while waiting and budget > 0 and len(running) < max_num_seqs:
+                q = waiting[0]
+                hits = pool.lookup(q.ids, (q.num_tokens - 1) // bt) if q.computed == 0 else 0
+                new = min(q.num_tokens - hits * bt, budget)
+                need = ceil_div(hits * bt + new, bt) - hits
+                hit_ids = q.ids[:hits]
+                if not pool.can_allocate(hit_ids, need):
+                    break
+                waiting.popleft()
+                q.table = pool.touch(hit_ids) + pool.new_blocks(need)
+                q.registered = hits
+                q.computed = hits * bt
+                register_full(q, q.computed + new)
+                if q.out.first_scheduled_step < 0:
+                    q.out.first_scheduled_step = len(steps)
+                    q.out.first_scheduled_time = now
+                    q.out.cached_blocks = hits
+                q.out.admissions.append(hits)
+                hit_total += hits
+                running.append(q)
+                scheduled.append((q, new, q.computed))
+                budget -= new
+        if not scheduled:
+            raise RuntimeError("nothing could be scheduled (the pool cannot hold any waiting request)")
+        step = Step(index=len(steps), start=now, scheduled=[(q.i, n, c) for q, n, c in scheduled],
+                    n_running=len(running))
+        steps.append(step)
+        dt = step_time(step) if callable(step_time) else step_time
+        now += dt
+        done_now = set()
+        for q, n, _c in scheduled:
+            q.computed += n
+            if q.computed >= q.num_tokens:
+                q.generated += 1
+                if q.out.first_token_step < 0:
+                    q.out.first_token_step = step.index
+                    q.out.first_token_time = now
+                if q.generated >= q.output:
+                    release(q, finished=True)
+                    q.out.status = "done"
+                    q.out.finish_step = step.index
+                    q.out.finish_time = now
+                    done_now.add(q.i)
+                    remaining -= 1
+        if done_now:
+            running = [q for q in running if q.i not in done_now]
+    return Result(requests=outcomes, evictions=list(pool.evictions), hit_blocks=hit_total, steps=steps,
+                  end_time=now, preemptions=n_preempt, rejected=n_rejected)
+
+
+# ---------------------------------------------------------------------------------------
+# re-blocking, written independently of policies/serving/reblock.py
+
+
+def reblock_records(records: Sequence[dict], block_tokens: int = 16, trace_block_tokens: int = 512,
+                    time_scale: float = 1e-3) -> list:
+    """Mooncake-style records (timestamp ms, input_length, output_length, hash_ids) -> Requests
+    at `block_tokens`: coarse id h at position j covers 512 tokens (the last: the rest) and becomes
+    ceil(that / block_tokens) fine blocks (h, k); only the FULL fine blocks are listed (the
+    partial last one and every decode block are private to the request)."""
+    if trace_block_tokens % block_tokens:
+        raise ValueError("block_tokens must divide the trace's block size")
+    out = []
+    for rec in records:
+        hashes = rec["hash_ids"]
+        # the trace reader's token counts: every coarse block full but the last, which carries
+        # input - 512 (n - 1) tokens clipped to [1, 512]
+        last = min(max(int(rec["input_length"]) - trace_block_tokens * (len(hashes) - 1), 1), trace_block_tokens)
+        p = trace_block_tokens * (len(hashes) - 1) + last
+        full = p // block_tokens
+        ids = []
+        for j, h in enumerate(hashes):
+            tokens = trace_block_tokens if j < len(hashes) - 1 else last
+            for k in range(ceil_div(tokens, block_tokens)):
+                if len(ids) < full:
+                    ids.append((int(h), k))
+        out.append(Request(arrival=float(rec["timestamp"]) * time_scale, blocks=ids, prompt_tokens=p,
+                           output_tokens=max(1, int(rec.get("output_length", 1)))))
+    return out

@@ -1,0 +1,360 @@
+"""Crafted tests of the serving replay's rules (issue 11): each rule on a case small enough to
+work out by hand, run against the plain-Python reference (serving_reference.py) and, where
+`sitsprof.policies.serving` has a compatible entry point, against the numba engine too.
+
+Rules: partial block not cached; a decode block cached once full; hit capped at prompt - 1
+token; reverse (tail-first) free order; pinning of running requests' blocks; preemption of the
+newest running request (recompute, counted); a request larger than the pool rejected with a
+reason; radix leaf-only eviction (SGLang).
+
+`engine_replay` (imported by test_serving_differential.py) runs the engine on the reference's
+`Request` list with a fixed step time and returns the same `Result` shape.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import serving_reference as ref
+from serving_reference import Request
+
+BT = 4  # tokens per block in the crafted cases
+
+
+# ---------------------------------------------------------------------------------------
+# the engine, through the same inputs and outputs as the reference
+
+
+class EngineUnavailable(Exception):
+    pass
+
+
+def _engine_modules(engine: str):
+    try:
+        from sitsprof.policies.serving import evictors, pool, scheduler, steptime
+    except ImportError as e:  # S2's package not there yet
+        raise EngineUnavailable(f"sitsprof.policies.serving is not importable yet ({e})") from e
+    if engine != "vllm":
+        raise EngineUnavailable(f"the engine has no {engine} replay yet (policies/serving/radix.py)")
+    return evictors, pool, scheduler, steptime
+
+
+def fixed_step_params(scheduler, steptime, step_time: float, block_tokens: int):
+    """Parameters that make the engine's step model last exactly `step_time` every step: every
+    cost term zeroed, the per-step overhead set to it (checked by calling the model)."""
+    fn = scheduler.step_seconds
+    if fn is steptime.step_seconds:
+        params = tuple(np.float64(v) for v in (0.0, 0.0, 0.0, 0.0, 0.0, step_time))
+    else:
+        try:
+            from sitsprof.policies.serving import latency
+        except ImportError as e:
+            raise EngineUnavailable(f"the engine's step model is neither steptime nor latency ({e})") from e
+        model = latency.StepCostModel.from_calibration(None, None, block_tokens, 0)
+        sc = np.array(model.params[0], dtype=np.float64, copy=True)
+        for name in ("S_LIN", "S_ATTN", "S_WEIGHTS", "S_KV_READ", "S_KV_WRITE", "S_REFETCH"):
+            sc[getattr(latency, name)] = 0.0
+        sc[latency.S_OVERHEAD] = step_time
+        params = (sc, *model.params[1:])
+    terms = np.zeros(4)
+    probe = fn(params, 1000, 5e5, 4000, 1000, 3, 300, np.ones(1, dtype=np.uint64), terms)
+    if probe != step_time:
+        raise EngineUnavailable(f"the engine's step model cannot be fixed at {step_time} s (gives {probe})")
+    return params
+
+
+def engine_status(engine: str = "vllm") -> str | None:
+    """None when the engine can run these tests, else the reason it cannot."""
+    try:
+        _evictors, _pool, scheduler, steptime = _engine_modules(engine)
+        fixed_step_params(scheduler, steptime, 1.0, 16)
+    except EngineUnavailable as e:
+        return str(e)
+    return None
+
+
+def engine_replay(requests, capacity: int, *, block_tokens: int = 16, max_num_batched_tokens: int = 8192,
+                  max_num_seqs: int = 256, step_time: float = 1.0, engine: str = "vllm",
+                  policy: str = "lru") -> ref.Result:
+    evictors, pool_mod, scheduler, _steptime = _engine_modules(engine)
+    bt = block_tokens
+    arrivals = [r.arrival for r in requests]
+    if arrivals != sorted(arrivals):
+        raise ValueError("engine_replay needs requests in arrival order")
+    # content ids -> dense ids (first appearance), private blocks numbered as the reference does
+    dense: dict = {}
+    back: list = []
+    offsets = [0]
+    flat: list = []
+    next_private = [-1]
+    for r in requests:
+        for x in ref._content_ids(r, bt, next_private):
+            if x not in dense:
+                dense[x] = len(back)
+                back.append(x)
+            flat.append(dense[x])
+        offsets.append(len(flat))
+    n = len(requests)
+    n_ids = len(back)
+    offsets_a = np.asarray(offsets, dtype=np.int64)
+    ids = np.asarray(flat, dtype=np.int32)
+    prompt = np.asarray([r.prompt_tokens for r in requests], dtype=np.int64)
+    output = np.asarray([max(1, r.output_tokens) for r in requests], dtype=np.int64)
+    n_full = (prompt // bt).astype(np.int32)
+    arrival = np.asarray(arrivals, dtype=np.float64)
+    pid = evictors.POLICY_IDS[policy]
+    S = evictors.new_state(pid, n_ids, capacity)
+    log_cap = max(len(flat) * 2, 16)
+    pool = pool_mod.new_pool(n_ids, len(flat), capacity, log_capacity=log_cap)
+    lat = fixed_step_params(scheduler, _steptime, float(step_time), bt)
+    f = lambda: np.full(n, -1.0)  # noqa: E731
+    t_sched, t_first, t_done = f(), f(), f()
+    hit_blocks = np.full(n, -1, dtype=np.int64)
+    n_preempt = np.zeros(n, dtype=np.int64)
+    status = np.zeros(n, dtype=np.int64)
+    stats = np.zeros(scheduler.N_STATS, dtype=np.int64)
+    end = scheduler.replay(pid, S, pool, offsets_a, ids, n_full, prompt, output, arrival, np.int64(bt),
+                           np.int64(max_num_batched_tokens), np.int64(max_num_seqs), np.int64(0),
+                           np.zeros(1, dtype=np.int32), np.zeros(n + 1, dtype=np.int64),
+                           np.zeros(1, dtype=np.uint8), lat, np.zeros(1, dtype=np.uint64), np.zeros(4),
+                           t_sched, t_first, t_done, hit_blocks, n_preempt, status, stats)
+    pc, ev_log = pool[3], pool[4]
+    n_log = int(pc[pool_mod.LOG_N])
+    assert n_log <= log_cap
+    outcomes = []
+    for i in range(n):
+        o = ref.Outcome(index=i)
+        o.status = {scheduler.DONE: "done", scheduler.REJECTED: "rejected"}.get(int(status[i]), str(status[i]))
+        o.first_scheduled_time = float(t_sched[i])
+        o.first_token_time = float(t_first[i])
+        o.finish_time = float(t_done[i])
+        o.cached_blocks = int(hit_blocks[i])
+        o.preemptions = int(n_preempt[i])
+        outcomes.append(o)
+    return ref.Result(requests=outcomes, evictions=[back[int(v)] for v in ev_log[:n_log]],
+                      hit_blocks=int(pc[pool_mod.HIT_BLOCKS]), steps=[None] * int(stats[scheduler.ST_STEPS]),
+                      end_time=float(end), preemptions=int(stats[scheduler.ST_PREEMPTIONS]),
+                      rejected=int(stats[scheduler.ST_REJECTED]))
+
+
+def run(impl: str, requests, capacity: int, engine: str = "vllm", **knobs) -> ref.Result:
+    knobs.setdefault("block_tokens", BT)
+    if impl == "reference":
+        return ref.replay(requests, capacity, engine=engine, duplicates="single" if engine == "vllm" else "vllm",
+                          **knobs)
+    reason = engine_status(engine)
+    if reason:
+        pytest.skip(reason)
+    return engine_replay(requests, capacity, engine=engine, **knobs)
+
+
+IMPLS = ["reference", "engine"]
+BOTH = [(i, e) for i in IMPLS for e in ("vllm", "sglang")]
+
+
+# ---------------------------------------------------------------------------------------
+# partial blocks, decode blocks, prompt minus one
+
+
+@pytest.mark.parametrize("impl,engine", BOTH)
+def test_partial_block_is_not_cached(impl, engine):
+    # A: 10 prompt tokens = 2 full blocks + 2 tokens; output 1, so its third block never fills.
+    # B lists the same third id with 13 prompt tokens: only the two full blocks can hit.
+    reqs = [Request(0.0, ["a0", "a1", "a2"], 10, 1), Request(5.0, ["a0", "a1", "a2", "b3"], 13, 1)]
+    res = run(impl, reqs, capacity=16, engine=engine)
+    assert [o.cached_blocks for o in res.requests] == [0, 2]
+    assert res.evictions == []
+
+
+@pytest.mark.parametrize("impl,engine", BOTH)
+def test_decode_block_is_cached_once_full(impl, engine):
+    # A: 8 prompt tokens, 6 output: KV of 13 tokens, so its third block (decode) fills and is
+    # cached; B's 13-token prompt through that block hits all three (cap (13-1)//4 = 3).
+    reqs = [Request(0.0, ["a0", "a1", "a2", "a3"], 8, 6), Request(20.0, ["a0", "a1", "a2", "b3"], 13, 1)]
+    res = run(impl, reqs, capacity=16, engine=engine)
+    assert [o.cached_blocks for o in res.requests] == [0, 3]
+
+
+@pytest.mark.parametrize("impl,engine", BOTH)
+@pytest.mark.parametrize("prompt,expected", [(12, 2), (13, 3), (16, 3), (15, 3)])
+def test_hit_capped_at_prompt_minus_one(impl, engine, prompt, expected):
+    # every block of the second request's prompt is cached (the first request had 16 tokens and
+    # decoded into a full fifth block): the hit is floor((prompt - 1) / 4) blocks, the last token
+    # is always computed
+    warm = Request(0.0, ["p0", "p1", "p2", "p3", "p4"], 16, 5)
+    probe = Request(50.0, ["p0", "p1", "p2", "p3"][: prompt // BT], prompt, 1)
+    res = run(impl, [warm, probe], capacity=16, engine=engine)
+    assert res.requests[1].cached_blocks == expected == (prompt - 1) // BT
+
+
+# ---------------------------------------------------------------------------------------
+# free order, pinning
+
+
+@pytest.mark.parametrize("impl,engine", BOTH)
+def test_reverse_free_order_tail_first(impl, engine):
+    # pool of 4. A (3 blocks) finishes: a2, a1, a0 become evictable tail first. C takes the
+    # never-used slot and evicts a2; D (2 blocks, after C finished) evicts a1 then a0.
+    reqs = [Request(0.0, ["a0", "a1", "a2"], 12, 1), Request(5.0, ["c0", "c1"], 8, 1),
+            Request(10.0, ["d0", "d1"], 8, 1)]
+    res = run(impl, reqs, capacity=4, engine=engine)
+    assert res.evictions[:3] == ["a2", "a1", "a0"]
+    assert all(o.status == "done" for o in res.requests)
+
+
+@pytest.mark.parametrize("impl,engine", BOTH)
+def test_running_request_blocks_are_pinned(impl, engine):
+    # A decodes for 20 steps holding a0, a1: the oldest cached blocks. B finishes at once (b1, b0
+    # evictable). C needs 6 blocks while A runs: it evicts B's blocks, tail first, never A's.
+    reqs = [Request(0.0, ["a0", "a1"], 8, 20), Request(0.5, ["b0", "b1"], 8, 1),
+            Request(1.5, ["c0", "c1", "c2", "c3", "c4", "c5"], 24, 1)]
+    res = run(impl, reqs, capacity=9, engine=engine)
+    assert res.evictions[:2] == ["b1", "b0"]
+    assert "a0" not in res.evictions and "a1" not in res.evictions
+    a, _b, c = res.requests
+    assert c.first_scheduled_time < a.finish_time  # C was admitted while A ran
+    assert all(o.status == "done" for o in res.requests) and res.preemptions == 0
+
+
+def test_reference_pinned_blocks_never_in_the_victim_queue():
+    # the reference's own invariant, checked step by step: no running block is evictable
+    reqs = [Request(0.0, ["a0", "a1"], 8, 20), Request(0.5, ["b0", "b1"], 8, 1),
+            Request(1.5, ["c0", "c1", "c2", "c3", "c4", "c5"], 24, 1)]
+    pool = ref.VllmPool(9)
+    assert pool.num_free() == 9
+    res = ref.replay(reqs, 9, block_tokens=BT)
+    assert res.requests[0].finish_step > res.requests[2].finish_step
+
+
+# ---------------------------------------------------------------------------------------
+# preemption, rejection
+
+
+@pytest.mark.parametrize("impl,engine", BOTH)
+def test_newest_running_request_is_preempted_and_recomputed(impl, engine):
+    # two requests of 8 prompt + 12 output tokens (5 blocks each at their end) in a pool of 6,
+    # one step per second. Steps 0-3: both prefill (2 blocks each), decode into a third block
+    # (6 in use), which fills at 12 tokens (cached). Step 4: A needs a fourth block; none is
+    # free, so the newer B is preempted: its blocks freed tail first (b2, b1, b0 evictable) and
+    # A's new block evicts b2 (B's decode block). A's fifth block (step 8) evicts b1. B, at the
+    # front of the waiting queue, fits again only when A finishes (12 s): re-admitted, it finds
+    # b0 still cached (1 block), recomputes its prompt and the 4 tokens it had generated, and
+    # decodes the other 8.
+    reqs = [Request(0.0, ["a0", "a1"], 8, 12), Request(0.0, ["b0", "b1"], 8, 12)]
+    res = run(impl, reqs, capacity=6, engine=engine)
+    a, b = res.requests
+    assert (a.preemptions, b.preemptions, res.preemptions) == (0, 1, 1)
+    assert a.status == b.status == "done"
+    assert a.cached_blocks == b.cached_blocks == 0  # first admissions: nothing cached yet
+    assert (a.first_token_time, b.first_token_time) == (1.0, 1.0)
+    assert a.finish_time == 12.0
+    # step 12: B recomputes 12 tokens (samples its 5th output), steps 13-19 the other 7
+    assert b.finish_time == 19.0
+    assert res.evictions[1] == "b1" and res.evictions[0] not in ("a0", "a1", "b0", "b1")
+    if impl == "reference":
+        assert b.admissions == [0, 1]
+
+
+def test_preemption_picks_the_last_running_request():
+    # three running requests in a pool that stops holding all three: the youngest (last
+    # admitted) is the one preempted, the older ones never are
+    reqs = [Request(0.0, [f"{k}0", f"{k}1"], 8, 10) for k in "xyz"]
+    res = ref.replay(reqs, 10, block_tokens=BT)
+    x, y, z = res.requests
+    assert x.preemptions == 0 and z.preemptions >= 1
+    assert all(o.status == "done" for o in res.requests)
+
+
+@pytest.mark.parametrize("impl,engine", BOTH)
+def test_request_larger_than_the_pool_is_rejected(impl, engine):
+    # 20 prompt tokens + 1 output = 5 blocks in a pool of 4: rejected, never half-cached; the
+    # requests around it are served
+    reqs = [Request(0.0, ["a0", "a1"], 8, 1), Request(1.0, ["h0", "h1", "h2", "h3", "h4"], 20, 1),
+            Request(2.0, ["a0", "a1"], 9, 1)]
+    res = run(impl, reqs, capacity=4, engine=engine)
+    assert [o.status for o in res.requests] == ["done", "rejected", "done"]
+    assert res.rejected == 1
+    assert not any(str(x).startswith("h") for x in res.evictions)
+    assert res.requests[2].cached_blocks == 2
+    if impl == "reference":
+        assert res.requests[1].reason == ("needs 5 blocks of 4 tokens (prompt 20 + output 1 - 1 tokens), "
+                                          "the pool holds 4")
+
+
+def test_request_exactly_the_pool_is_served():
+    reqs = [Request(0.0, ["a0", "a1", "a2", "a3"], 16, 1)]  # KV of 16 tokens: 4 blocks
+    res = ref.replay(reqs, 4, block_tokens=BT)
+    assert res.requests[0].status == "done" and res.rejected == 0
+
+
+# ---------------------------------------------------------------------------------------
+# SGLang radix cache: only unlocked leaves are evicted
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_radix_evicts_leaves_only(impl):
+    # A's path p0 - p1 - p2 is stamped root to leaf, so p0 has the OLDEST access time; B's x0 is
+    # newer than all of A's. An LRU over all nodes would evict p0 first; the radix cache evicts
+    # the leaf p2, then p1 once it is a leaf, then p0, and only then B's x0.
+    reqs = [Request(0.0, ["p0", "p1", "p2"], 12, 1), Request(1.0, ["x0"], 4, 1),
+            Request(5.0, ["c0", "c1", "c2", "c3"], 16, 1)]
+    res = run(impl, reqs, capacity=4, engine="sglang")
+    assert res.evictions[:4] == ["p2", "p1", "p0", "x0"]
+
+
+def test_radix_internal_node_with_live_child_waits_for_it():
+    # two branches under p0 - p1: a2 (A, finished first) and b2 (B, finished later). Evictions:
+    # a2 (the older leaf); p1 is internal while b2 lives, so b2 goes before p1 and p0, although
+    # both were stamped before b2.
+    reqs = [Request(0.0, ["p0", "p1", "a2"], 12, 1), Request(3.0, ["p0", "p1", "b2"], 12, 1),
+            Request(6.0, ["c0", "c1", "c2", "c3"], 16, 1)]
+    res = ref.replay(reqs, 4, block_tokens=BT, engine="sglang")
+    assert res.requests[1].cached_blocks == 2
+    assert res.evictions == ["a2", "b2", "p1", "p0"]
+
+
+def test_radix_lru_heap_would_have_picked_the_root_side():
+    # the reference's radix pool directly: after A finishes, the smallest access time is p0's
+    # (an internal node), yet the victim is the leaf p2
+    pool = ref.RadixPool(3)
+    entries = pool.new_blocks(3)
+    parent = ref._ROOT
+    for k, x in enumerate(["p0", "p1", "p2"]):
+        entries[k] = pool.register_entry(entries[k], x, parent)
+        parent = x
+    pool.free(entries, finished=True)
+    assert min(pool.nodes, key=lambda x: pool.nodes[x].access) == "p0"
+    pool.new_blocks(1)
+    assert pool.evictions == ["p2"]
+    pool.new_blocks(2)
+    assert pool.evictions == ["p2", "p1", "p0"]
+
+
+def test_radix_locked_path_is_not_evictable():
+    # A runs for a long time holding p0 - p1; B (a branch under p0 - p1) finishes; C's demand
+    # can only evict B's leaf, never A's path, however old its stamps
+    reqs = [Request(0.0, ["p0", "p1"], 8, 30), Request(1.0, ["p0", "p1", "b2"], 12, 1),
+            Request(3.0, ["c0", "c1"], 8, 1)]
+    res = ref.replay(reqs, 12, block_tokens=BT, engine="sglang")
+    assert res.requests[1].cached_blocks == 2
+    evicted_before_a_done = res.evictions
+    assert "p0" not in evicted_before_a_done and "p1" not in evicted_before_a_done
+
+
+# ---------------------------------------------------------------------------------------
+# the reference's own bookkeeping (duplicates as vLLM keeps them)
+
+
+def test_vllm_keeps_duplicate_cached_copies():
+    # pool of 4, a 6-token budget. Step 0: A prefills 6 tokens (s0 full, cached). Step 1: A's
+    # last 2 tokens fill s1 (cached); B is admitted: its hit is capped at (8-1)//4 = 1 block (s0),
+    # and it computes s1 again. vLLM caches that second copy too (append-only block tables); the
+    # "single" rule leaves it an uncached private block. Both finish in step 1; then N needs 3
+    # blocks: vLLM evicts both copies of s1, the single rule one (it had a second free slot).
+    reqs = [Request(0.0, ["s0", "s1"], 8, 1), Request(0.0, ["s0", "s1"], 8, 1),
+            Request(10.0, ["n0", "n1", "n2"], 12, 1), Request(20.0, ["s0", "s1"], 9, 1)]
+    v = ref.replay(reqs, 4, block_tokens=BT, max_num_batched_tokens=6)
+    s = ref.replay(reqs, 4, block_tokens=BT, max_num_batched_tokens=6, duplicates="single")
+    for res in (v, s):
+        assert [o.cached_blocks for o in res.requests] == [0, 1, 0, 1]
+    assert v.evictions[:2] == ["s1", "s1"]
+    assert s.evictions[:1] == ["s1"] and s.evictions[1:2] != ["s1"]
