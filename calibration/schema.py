@@ -8,7 +8,14 @@ came from (measured here by the probes, or published elsewhere with citations), 
   "histogram": {"edges": [...], "counts": [...]} | null, "source": "<source id>"}``, or
   ``null`` when nothing is known for that tier (then ``provenance.missing`` must say why).
 - ``bandwidth``: GB/s figures; ``hbm_read_gbs`` is required, others optional.
-- ``loaded_latency``: curves of latency quantiles per fraction of peak bandwidth.
+- ``loaded_latency``: curves of latency quantiles per fraction of peak bandwidth; a curve may
+  say the peak its fractions are of (``peak_gbs``) and carry its queueing fit
+  (``fit_p50``/``fit_p99``: ``l0``, ``a``, ``u_max``, ``b`` of reports/queueing.py, validated).
+- ``replacement_delay`` (optional; files without it load): per load level the bandwidth
+  fraction (0..1.5), the same-load hit, the L2 residency (``time_ns``, ``bound``, ``curve``)
+  and the delay distribution of missed re-touches (quantiles p50..p999, non-decreasing, p50
+  required, none below minus the hit; histogram) in the section's ``unit`` (cycles or ns);
+  docs/calibration.md and docs/replacement-delay.md.
 - ``compute`` (optional): dense BF16 TFLOPS and the fraction of it prefill achieves.
 
 ``validate_calibration`` refuses a bad file with a ``CalibrationError`` whose message starts
@@ -45,6 +52,15 @@ QUANTILE_KEYS = ("p50", "p90", "p95", "p99", "p999")
 PROVENANCE_KINDS = ("measured", "published")
 LATENCY_UNITS = ("cycles", "ns")
 BANDWIDTH_KEYS = ("hbm_read_gbs", "hbm_write_gbs", "hbm_copy_gbs", "l2_read_gbs", "host_to_device_gbs")
+#: queueing fits a loaded-latency curve may carry (reports/queueing.py), per quantile
+FIT_KEYS = ("fit_p50", "fit_p99")
+#: the fit searches u_max up to 50 x the highest load (fit_queueing's max_ratio) of at most 1.5
+FIT_U_MAX = 75.0
+FIT_B_MAX = 10.0  # the fitted exponent is searched in [0.2, 5]; 10 leaves room, catches corruption
+#: an L2 line's residency: the L2 (tens of MB) turns over in microseconds under load and in
+#: about a second at the slowest trickle anyone measures; 1e9 ns (1 s) is far beyond both
+RESIDENCY_NS_MAX = 1e9
+RESIDENCY_BOUNDS = ("=", "<", ">", "none")
 
 #: (low, high, unit) of each kind of figure; the reasons are in the module docstring.
 RANGES = {
@@ -257,6 +273,11 @@ def validate_calibration(obj: Any) -> dict:
                 _fail(f"{pf}.bandwidth_fraction", "fractions must increase along the curve")
             last = frac
             _quantiles(_need(point, "quantiles", pf), f"{pf}.quantiles")
+        if "peak_gbs" in curve:  # what the fractions are of (the saturator's best); absent: bandwidth.hbm_read_gbs
+            _number(curve["peak_gbs"], f"{field}.peak_gbs", strict=True, kind="bandwidth")
+        for key in FIT_KEYS:
+            if curve.get(key) is not None:
+                _queueing_fit(curve[key], f"{field}.{key}")
 
     if "compute" in obj:
         compute = _obj(obj["compute"], "compute")
@@ -271,12 +292,50 @@ def validate_calibration(obj: Any) -> dict:
     return obj
 
 
+def _queueing_fit(value: Any, field: str) -> None:
+    """A loaded-latency curve's queueing fit (reports/queueing.py): latency(u) = l0 + a *
+    ((1 - u / u_max) ** -b - 1) in the curve's unit, u a fraction of peak bandwidth."""
+    fit = _obj(value, field)
+    _number(_need(fit, "l0", field), f"{field}.l0", strict=True, kind="latency")
+    a = _number(_need(fit, "a", field), f"{field}.a")
+    if a > RANGES["latency"][1]:
+        _fail(f"{field}.a", f"{a:g} is not a plausible latency scale (0 to {RANGES['latency'][1]:g})")
+    u_max = _number(_need(fit, "u_max", field), f"{field}.u_max", strict=True)
+    if u_max > FIT_U_MAX:
+        _fail(f"{field}.u_max", f"{u_max:g} is not a fraction of peak the fit searches (0 to {FIT_U_MAX:g})")
+    b = _number(_need(fit, "b", field), f"{field}.b", strict=True)
+    if b > FIT_B_MAX:
+        _fail(f"{field}.b", f"{b:g} is not a plausible queueing exponent (0 to {FIT_B_MAX:g}; 1 is M/M/1)")
+
+
+def _delay_quantiles(value: Any, field: str, hit: float) -> None:
+    """Replacement-delay quantiles: p50 required, known keys, non-decreasing, each at least
+    -`hit` (a missed line's latency minus the same-load hit cannot be below minus that hit) and at
+    most the latency range."""
+    q = _obj(value, field)
+    if "p50" not in q:
+        _fail(f"{field}.p50", "is required")
+    for key in q:
+        if key not in QUANTILE_KEYS:
+            _fail(f"{field}.{key}", f"unknown quantile; use one of {', '.join(QUANTILE_KEYS)}")
+    previous = None
+    for key in QUANTILE_KEYS:
+        if key in q:
+            v = _number(q[key], f"{field}.{key}", minimum=-hit)
+            if v > RANGES["latency"][1]:
+                _fail(f"{field}.{key}", f"{v:g} is not a plausible delay (at most {RANGES['latency'][1]:g})")
+            if previous is not None and v < previous[1]:
+                _fail(f"{field}.{key}", f"{v:g} is below {previous[0]} = {previous[1]:g}; quantiles must not decrease")
+            previous = (key, v)
+
+
 def _replacement_delay(value: Any) -> None:
     """``replacement_delay`` (optional; docs/replacement-delay.md): ``unit``, and ``levels``, each
-    with ``level``, ``bandwidth_fraction``, ``hit_cycles``, ``residency`` (``time_ns`` or null,
-    ``bound``, ``curve`` of ``resident_fraction`` in 0..1) and ``delay`` (null when no re-touch
-    missed, else ``quantiles`` (may be negative: a miss faster than the median hit),
-    ``samples`` and ``histogram``)."""
+    with a distinct ``level``, ``bandwidth_fraction`` (0..1.5), ``hit_cycles`` (a latency),
+    ``residency`` (``time_ns`` in (0, 1e9] or null, ``bound`` one of ``RESIDENCY_BOUNDS``,
+    ``curve`` of ``resident_fraction`` in 0..1 at non-decreasing ``age_ns``) and ``delay`` (null
+    when no re-touch missed, else ``quantiles`` p50..p999 (a low one may be negative, a miss
+    faster than the median hit, but never below minus that hit), ``samples`` and ``histogram``)."""
     field = "replacement_delay"
     entry = _obj(value, field)
     if _need(entry, "unit", field) not in LATENCY_UNITS:
@@ -284,33 +343,47 @@ def _replacement_delay(value: Any) -> None:
     levels = _need(entry, "levels", field)
     if not isinstance(levels, list):
         _fail(f"{field}.levels", "must be a list")
+    seen: set[int] = set()
     for i, lv in enumerate(levels):
         f = f"{field}.levels[{i}]"
         lv = _obj(lv, f)
         level = _need(lv, "level", f)
         if isinstance(level, bool) or not isinstance(level, int) or level < 0:
             _fail(f"{f}.level", f"must be a non-negative integer, got {level!r}")
+        if level in seen:
+            _fail(f"{f}.level", f"level {level} appears twice; one entry per load level")
+        seen.add(level)
         frac = _number(_need(lv, "bandwidth_fraction", f), f"{f}.bandwidth_fraction")
         if frac > 1.5:
             _fail(f"{f}.bandwidth_fraction", f"{frac:g} is not a fraction of peak (0..1.5)")
-        _number(_need(lv, "hit_cycles", f), f"{f}.hit_cycles", strict=True)
+        hit = _number(_need(lv, "hit_cycles", f), f"{f}.hit_cycles", strict=True, kind="latency")
         residency = _obj(_need(lv, "residency", f), f"{f}.residency")
         if residency.get("time_ns") is not None:
-            _number(residency["time_ns"], f"{f}.residency.time_ns")
-        for j, point in enumerate(residency.get("curve", [])):
+            t = _number(residency["time_ns"], f"{f}.residency.time_ns", strict=True)
+            if t > RESIDENCY_NS_MAX:
+                _fail(f"{f}.residency.time_ns", f"{t:g} ns is not a plausible L2 residency (0 to "
+                                                f"{RESIDENCY_NS_MAX:g} ns: the L2 turns over in milliseconds)")
+        if residency.get("bound", "=") not in RESIDENCY_BOUNDS:
+            _fail(f"{f}.residency.bound", f"must be one of {', '.join(RESIDENCY_BOUNDS)}, got {residency['bound']!r}")
+        curve = residency.get("curve", [])
+        if not isinstance(curve, list):
+            _fail(f"{f}.residency.curve", "must be a list of points")
+        last_age = -1.0
+        for j, point in enumerate(curve):
             pf = f"{f}.residency.curve[{j}]"
-            r = _number(_need(_obj(point, pf), "resident_fraction", pf), f"{pf}.resident_fraction")
+            point = _obj(point, pf)
+            r = _number(_need(point, "resident_fraction", pf), f"{pf}.resident_fraction")
             if r > 1:
                 _fail(f"{pf}.resident_fraction", f"must be at most 1, got {r:g}")
+            if "age_ns" in point:
+                age = _number(point["age_ns"], f"{pf}.age_ns")
+                if age > RESIDENCY_NS_MAX:
+                    _fail(f"{pf}.age_ns", f"{age:g} ns is beyond {RESIDENCY_NS_MAX:g} ns")
+                if age < last_age:
+                    _fail(f"{pf}.age_ns", "the curve's ages must not decrease")
+                last_age = age
         delay = _need(lv, "delay", f)
         if delay is not None:
             delay = _obj(delay, f"{f}.delay")
-            q = _obj(_need(delay, "quantiles", f"{f}.delay"), f"{f}.delay.quantiles")
-            previous = None
-            for key in QUANTILE_KEYS:
-                if key in q:
-                    v = _number(q[key], f"{f}.delay.quantiles.{key}", minimum=-1e6)
-                    if previous is not None and v < previous:
-                        _fail(f"{f}.delay.quantiles.{key}", "quantiles must not decrease")
-                    previous = v
+            _delay_quantiles(_need(delay, "quantiles", f"{f}.delay"), f"{f}.delay.quantiles", hit)
             _histogram(delay.get("histogram"), f"{f}.delay.histogram")

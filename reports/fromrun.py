@@ -130,6 +130,12 @@ def calibration_from_run(run, allow_incomplete: bool = False, name: str | None =
                 last = frac
             if points:
                 curve = {"tier": tier, "unit": "cycles", "access": label, "points": points}
+                # What the fractions are of (the saturator's best, probes/gpu.py): the step model
+                # (policies/serving/latency.py) turns a fraction into bytes/s with it.
+                if "achieved_gbs" in sub.columns:
+                    ratio = (sub["achieved_gbs"] / sub["bandwidth_fraction"])[sub["bandwidth_fraction"] > 0.05]
+                    if len(ratio) and ratio.notna().all() and 1.0 <= float(ratio.median()) <= 100_000.0:
+                        curve["peak_gbs"] = float(ratio.median())
                 fit = res.loaded_fits.get((access, "p50"))
                 if fit is not None:
                     curve["fit_p50"] = fit.to_dict()

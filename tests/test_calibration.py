@@ -158,3 +158,101 @@ def test_unreadable_and_non_json_files(tmp_path):
 def test_reference_by_name_and_path():
     assert load_calibration("hopper-published")["name"] == "hopper-published"
     assert load_calibration(reference_path())["name"] == "hopper-published"
+
+
+# -- the replacement-delay section and the loaded-latency fit (issue 11, S3) -------------------
+
+
+def _with_replacement(reference):
+    """A measured calibration with a two-level replacement_delay section and a queueing fit."""
+    obj = _measured(reference)
+    obj["loaded_latency"][0]["peak_gbs"] = 4200.0
+    obj["loaded_latency"][0]["fit_p50"] = {"l0": 500.0, "a": 40.0, "u_max": 0.97, "b": 1.0,
+                                           "rmse": 1.0, "r2": 0.99, "n": 2}
+    level = {"level": 1, "bandwidth_fraction": 0.5, "hit_cycles": 300.0,
+             "residency": {"time_ns": 20000.0, "bound": "=",
+                           "curve": [{"interval_ns": 0, "age_ns": 10000.0, "samples": 6, "resident_fraction": 0.8},
+                                     {"interval_ns": 50000, "age_ns": 60000.0, "samples": 6,
+                                      "resident_fraction": 0.1}]},
+             "delay": {"quantiles": {"p50": 350.0, "p90": 380.0, "p99": 410.0, "p999": 420.0}, "samples": 100,
+                       "histogram": {"edges": [300.0, 350.0, 450.0], "counts": [40, 60]}}}
+    idle = {"level": 0, "bandwidth_fraction": 0.0, "hit_cycles": 290.0,
+            "residency": {"time_ns": 1e6, "bound": ">", "curve": []}, "delay": None}
+    obj["replacement_delay"] = {"unit": "cycles", "method": "docs/replacement-delay.md", "levels": [idle, level]}
+    return obj
+
+
+def test_replacement_section_is_optional_and_validated(reference):
+    # version-1 files without it (the shipped reference) still load
+    assert "replacement_delay" not in reference
+    obj = _with_replacement(reference)
+    assert validate_calibration(obj) is obj
+
+
+RD = "replacement_delay.levels.1"
+BAD_REPLACEMENT = [
+    (f"{RD}.bandwidth_fraction", 1.6, "replacement_delay.levels[1].bandwidth_fraction"),
+    (f"{RD}.bandwidth_fraction", -0.1, "replacement_delay.levels[1].bandwidth_fraction"),
+    (f"{RD}.level", 0, "replacement_delay.levels[1].level"),  # twice
+    (f"{RD}.hit_cycles", 0.0, "replacement_delay.levels[1].hit_cycles"),
+    (f"{RD}.hit_cycles", 5e6, "replacement_delay.levels[1].hit_cycles"),
+    (f"{RD}.delay.quantiles.p50", KeyError, "replacement_delay.levels[1].delay.quantiles.p50"),
+    (f"{RD}.delay.quantiles.p90", 300.0, "replacement_delay.levels[1].delay.quantiles.p90"),  # below p50
+    (f"{RD}.delay.quantiles.p42", 360.0, "replacement_delay.levels[1].delay.quantiles.p42"),
+    # a delay below minus the same-load hit would be a miss faster than zero latency
+    (f"{RD}.delay.quantiles.p50", -301.0, "replacement_delay.levels[1].delay.quantiles.p50"),
+    (f"{RD}.delay.quantiles.p999", 2e6, "replacement_delay.levels[1].delay.quantiles.p999"),
+    (f"{RD}.delay.quantiles.p99", float("inf"), "replacement_delay.levels[1].delay.quantiles.p99"),
+    (f"{RD}.delay.histogram.counts", [1, -2], "replacement_delay.levels[1].delay.histogram.counts[1]"),
+    (f"{RD}.delay.histogram.edges", [300.0, 200.0, 450.0], "replacement_delay.levels[1].delay.histogram.edges[1]"),
+    (f"{RD}.residency.time_ns", 0.0, "replacement_delay.levels[1].residency.time_ns"),
+    (f"{RD}.residency.time_ns", 5e9, "replacement_delay.levels[1].residency.time_ns"),
+    (f"{RD}.residency.bound", "~", "replacement_delay.levels[1].residency.bound"),
+    (f"{RD}.residency.curve.1.age_ns", 5000.0, "replacement_delay.levels[1].residency.curve[1].age_ns"),
+    (f"{RD}.residency.curve.0.resident_fraction", 1.2, "replacement_delay.levels[1].residency.curve[0]"
+                                                       ".resident_fraction"),
+    ("replacement_delay.unit", "furlongs", "replacement_delay.unit"),
+    ("loaded_latency.0.peak_gbs", 0.5, "loaded_latency[0].peak_gbs"),
+    ("loaded_latency.0.fit_p50.l0", 0.0, "loaded_latency[0].fit_p50.l0"),
+    ("loaded_latency.0.fit_p50.a", -1.0, "loaded_latency[0].fit_p50.a"),
+    ("loaded_latency.0.fit_p50.u_max", 0.0, "loaded_latency[0].fit_p50.u_max"),
+    ("loaded_latency.0.fit_p50.u_max", 100.0, "loaded_latency[0].fit_p50.u_max"),
+    ("loaded_latency.0.fit_p50.b", 50.0, "loaded_latency[0].fit_p50.b"),
+    ("loaded_latency.0.fit_p50.b", KeyError, "loaded_latency[0].fit_p50.b"),
+]
+
+
+@pytest.mark.parametrize("dotted,value,field", BAD_REPLACEMENT,
+                         ids=[f"{b[0]}={b[1]}" if b[1] is not KeyError else b[0] + "-del" for b in BAD_REPLACEMENT])
+def test_bad_replacement_section_refused_naming_the_field(tmp_path, reference, dotted, value, field):
+    obj = _with_replacement(reference)
+    _set(obj, dotted, value)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(CalibrationError) as info:
+        load_calibration(path)
+    assert info.value.field == field
+    assert info.value.exit_code == 2
+
+
+def test_calibrate_writes_the_validated_section_from_a_run(tmp_path):
+    """`calibrate` builds the section from what RunAnalysis gives (reports/replacement.py): per
+    level the fraction, the delay distribution in cycles and the residency; the curve says the
+    peak its fractions are of, and its queueing fit passes the schema."""
+    from sitsprof.reports.fromrun import calibrate
+    from sitsprof.reports.synthetic import make_synthetic_run
+
+    run = make_synthetic_run(tmp_path, "rd", seed=3, samples=20_000)
+    path, cal = calibrate(run.path, tmp_path / "cal.json")
+    loaded = load_calibration(path)
+    rd = loaded["replacement_delay"]
+    assert rd["unit"] == "cycles"
+    busy = [lv for lv in rd["levels"] if lv["delay"] is not None]
+    assert busy and all(0 < lv["bandwidth_fraction"] <= 1.5 for lv in busy)
+    for lv in busy:
+        q = [lv["delay"]["quantiles"][k] for k in ("p50", "p90", "p99", "p999") if k in lv["delay"]["quantiles"]]
+        assert q == sorted(q) and q[0] > 0
+        assert lv["residency"]["time_ns"] > 0
+    curve = loaded["loaded_latency"][0]
+    assert curve["peak_gbs"] == pytest.approx(4200.0)  # reports/synthetic.py's MODEL_PEAK_GBS
+    assert 0 < curve["fit_p50"]["u_max"] <= 1.5 and curve["fit_p50"]["l0"] > 0
