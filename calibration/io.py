@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+from sitsprof.common import jsonout
 from sitsprof.common.atomic import atomic_write_text, make_folder
 
 from .errors import CalibrationError
@@ -50,5 +51,5 @@ def write_calibration(obj: dict, path: str | os.PathLike) -> Path:
     validate_calibration(obj)
     path = Path(path)
     make_folder(path.parent)
-    atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
+    atomic_write_text(path, jsonout.dumps(obj, indent=2) + "\n")  # strict JSON: NaN in free-form fields -> null
     return path

@@ -354,7 +354,12 @@ class RunDirectory:
 
     def read_table(self, name: str, kind: str = "probe"):
         """The table as a pandas DataFrame (parts of an unfinished run are concatenated)."""
-        return self.read_arrow(name, kind).to_pandas()
+        table = self.read_arrow(name, kind)
+        try:
+            return table.to_pandas()
+        except (ValueError, TypeError) as exc:  # e.g. a flipped bit in a string column: not UTF-8
+            raise DamagedTableError(f"{self.path / f'{kind}s' / name}: damaged {kind} table: "
+                                    f"{str(exc).splitlines()[0][:200]}") from None
 
     def summary(self) -> dict:
         """Status, completeness and row counts, for `sitsprof inspect` and the reports."""

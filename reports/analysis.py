@@ -204,6 +204,34 @@ def _read(run, name: str, kind: str = "probe"):
     return run.read_table(name, kind)
 
 
+#: Roles whose columns every row needs as a number (a group key or the measurement itself).
+_KEY_ROLES = ("footprint", "stride", "latency", "level", "fraction")
+_WILD = 1e30  # beyond anything a probe measures (cycles, ns, bytes, GB/s); squares still fit a float
+
+
+def _numbers_only(res: RunAnalysis, frame, table: str):
+    """`frame` with +-inf and values beyond 1e30 as NaN, and the rows without a number in a key
+    column (`_KEY_ROLES`) left out and counted in the notes: a damaged or hand-edited table must
+    not end in an OverflowError or a NumPy warning."""
+    floats = [c for c in frame.columns if frame[c].dtype.kind == "f"]
+    if not floats:
+        return frame
+    frame = frame.copy()
+    for name in floats:
+        values = frame[name].to_numpy(dtype=np.float64)
+        wild = np.isinf(values) | (np.abs(values) > _WILD)
+        if wild.any():
+            frame[name] = np.where(wild, np.nan, values)
+    keys = [c for c in (column(frame, role, required=False) for role in _KEY_ROLES) if c in floats]
+    if keys:
+        missing = frame[keys].isna().any(axis=1).to_numpy()
+        if missing.any():
+            res.notes.append(f"probes/{table}.parquet: {int(missing.sum())} of {len(frame)} rows have no number in "
+                             f"{', '.join(keys)} (NaN or infinite) and are left out")
+            frame = frame[~missing]
+    return frame
+
+
 def ladder_tiers(res: RunAnalysis, frame, first: str = "l1"):
     """(per-footprint quantile table, tiers) of one latency ladder table."""
     import pandas as pd
@@ -463,6 +491,16 @@ def _sm_mhz(meta: dict) -> float | None:
     return None
 
 
+def _usable_phases(phases) -> list[dict]:
+    """meta.json's `phases` that a timeline can draw: objects with a finite `start_s` and `end_s`
+    (a damaged or hand-edited file may hold anything there)."""
+    if not isinstance(phases, list):
+        return []
+    return [{**ph, "name": str(ph.get("name", ""))} for ph in phases
+            if isinstance(ph, dict) and _plausible(ph.get("start_s"), -1e12, 1e12)
+            and _plausible(ph.get("end_s"), -1e12, 1e12)]
+
+
 PARTS = {"latency": _ladder, "latency_cg": _ladder_cg, "tlb": _tlb, "bandwidth": _bandwidth, "loaded": _loaded}
 
 
@@ -476,7 +514,7 @@ def analyze_run(run_or_path) -> RunAnalysis:
     res = RunAnalysis(name=run.path.name, path=str(run.path), meta=meta, complete=run.complete,
                       status=run.status, synthetic=bool(meta.get("synthetic")), sm_mhz=_sm_mhz(meta))
     phases = meta.get("phases")
-    res.phases = phases if isinstance(phases, list) else []
+    res.phases = _usable_phases(phases)
     # The L1-bypassing ladder first: it stands in for the default one when that is absent.
     for part, table in sorted(PROBE_TABLES.items(), key=lambda kv: kv[0] != "latency_cg"):
         try:
@@ -484,6 +522,8 @@ def analyze_run(run_or_path) -> RunAnalysis:
         except DamagedTableError as exc:  # reported as missing; the other parts are still read
             res.missing[part] = str(exc)
             continue
+        if frame is not None:
+            frame = _numbers_only(res, frame, table)
         if frame is None or len(frame) == 0:
             # A `sitsprof record` run profiles the user's command: it has no probes by design.
             if part not in OPTIONAL_PARTS and meta.get("kind") != "record":

@@ -356,3 +356,66 @@ def test_meta_numbers_beyond_64_bits(cli, good_run, tmp_path, fields):
     (run / "meta.json").write_text(json.dumps(meta))
     code, out, err = cli("report", str(run), "-o", str(tmp_path / "r.html"))
     assert code == 0 and err == "", err
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), 1e300])
+def test_non_finite_latencies_in_probe_tables(cli, good_run, tmp_path, value):
+    """12.6: NaN/inf (and absurd) values in the probe tables' numbers ended in OverflowError
+    (tlb), IndexError (loaded) or NumPy warnings on stderr; the rows without a number are left
+    out and counted in the report's notes, and `report`/`calibrate` stay quiet. Every third row
+    of the latency, TLB, loaded-latency and bandwidth tables gets `value` in every numeric column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    run = _copy_run(good_run, tmp_path)
+    for table in ("latency", "tlb", "loaded", "bandwidth"):
+        path = run / "probes" / f"{table}.parquet"
+        frame = pq.read_table(path).to_pandas()
+        for name in frame.columns:
+            if frame[name].dtype.kind in "fiu":
+                frame[name] = frame[name].astype("float64")
+                frame.loc[frame.index[::3], name] = value
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
+    code, out, err = cli("report", str(run), "-o", str(tmp_path / "r.html"))
+    assert code == 0 and err == "", err
+    code, out, err = cli("calibrate", str(run), "-o", str(tmp_path / "c.json"))
+    assert code in (0, 2) and "internal error" not in err and len(err.strip().splitlines()) <= 1, err
+    if code == 0:
+        text = (tmp_path / "c.json").read_text()
+        assert "NaN" not in text and "Infinity" not in text
+
+
+def test_table_whose_pandas_metadata_is_not_utf8(cli, good_run, tmp_path):
+    """12.6 (found by tests/fault_injection.py): a flipped bit in a Parquet file's pandas
+    metadata reads as Arrow but not as pandas (UnicodeDecodeError): DamagedTableError, and the
+    report still writes."""
+    import pyarrow.parquet as pq
+
+    run = _copy_run(good_run, tmp_path)
+    path = run / "probes" / "bandwidth.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.replace_schema_metadata({b"pandas": b'{"index_columns": \xff\xfe}'}), path)
+    with pytest.raises(DamagedTableError, match="bandwidth"):
+        open_run(run).read_table("bandwidth")
+    code, out, err = cli("report", str(run), "-o", str(tmp_path / "r.html"))
+    assert code == 0 and err == "", err
+
+
+@pytest.mark.parametrize("fields", [
+    {"phases": [1]}, {"phases": [{"name": "x", "start_s": "a", "end_s": 2}]}, {"phases": "x"},
+    {"tool_version": float("nan")},
+])
+def test_meta_fields_of_the_wrong_type(cli, good_run, tmp_path, fields):
+    """12.6 (found by tests/fault_injection.py): phases that are not objects with numbers
+    (AttributeError, TypeError in the timeline) and a NaN tool_version (which made the
+    calibration non-JSON: ValueError) are read around: report and calibrate succeed quietly,
+    and the calibration written is strict JSON."""
+    run = _copy_run(good_run, tmp_path)
+    meta = json.loads((run / "meta.json").read_text())
+    meta.update(fields)
+    (run / "meta.json").write_text(json.dumps(meta))
+    code, out, err = cli("report", str(run), "-o", str(tmp_path / "r.html"))
+    assert code == 0 and err == "", err
+    code, out, err = cli("calibrate", str(run), "-o", str(tmp_path / "c.json"))
+    assert code == 0 and "error" not in err and "Warning" not in err, err  # a SYNTHETIC notice is fine
+    json.loads((tmp_path / "c.json").read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
