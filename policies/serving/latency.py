@@ -1,0 +1,422 @@
+"""The serving replay's step time: how long one vLLM-style engine step lasts on the calibrated GPU.
+
+A step (one forward pass over the scheduled tokens of every running request) lasts
+
+    max(compute, memory) + refetch + overhead
+
+(every term is derived, cited or stated as an assumption in docs/serving-latency.md):
+
+* **compute**: the FLOPs of the scheduled tokens, ``2 x active parameters`` per token for the
+  linear layers plus ``4 x layers x q_heads x attn_dim`` per attention token pair (the cost
+  model's constants, policies/cost/models.py and costmodel.py: one source), over the
+  calibrated FLOP rate (``compute.bf16_dense_tflops x achieved_fraction``), per GPU of the
+  preset's tensor-parallel group.
+* **memory**: the bytes the step moves per GPU (the weights once, the KV of every running
+  request's context, the KV it writes) at the bandwidth the calibration's loaded-latency curve
+  gives at the load this step produces. The load and the latency set each other (a fixed
+  point, solved by bisection): at load ``u`` (a fraction of the curve's peak bandwidth) the
+  HBM latency is ``L(u)``; by Little's law the achieved bandwidth is the bytes in flight over
+  the latency, ``X = Q / L(u)``, with ``Q = min(step bytes, SMs x IN_FLIGHT_BYTES_PER_SM)``;
+  and ``u = X / peak``, at most 1 (no step streams faster than the best bandwidth measured).
+  The memory time is ``bytes / (u* x peak)``. ``L(u)`` is the curve's queueing fit
+  (reports/queueing.py) when it has one, else the curve's P50 points interpolated; without a
+  curve (the hopper-published reference) the latency stays at the unloaded HBM P50 and the
+  bandwidth at ``bandwidth.hbm_read_gbs``, and the model says so.
+* **refetch**: each layer's attention kernel reads the running requests' block tables (int32
+  entries, ``TABLE_ENTRY_BYTES``) before the KV blocks they name; between two layers the
+  streaming weights and KV pass through the L2 and evict them. A table line touched one layer
+  ago (``age = (compute-or-memory time) / layers``) is still in the L2 with the probability
+  the calibration's residency curve gives at that age, for the load level nearest ``u*``; each
+  missed line on the critical path (one sequence's table, ``ceil(table_blocks / n_running x 4 /
+  128)`` lines, per layer) costs one replacement delay drawn, seeded, from that level's
+  distribution (its histogram, else its quantiles). Without a ``replacement_delay`` section
+  the term is 0 and the model says so (`StepCostModel.refetch`, `.notes`).
+* **overhead**: a fixed per-step scheduling and launch time (``STEP_OVERHEAD_S``, an assumption).
+
+Interface (SERVING.md): ``StepCostModel.from_calibration(calibration, model_preset,
+block_tokens, seed)``; ``.params`` goes into the replay's numba loop, which calls the @njit
+``step_seconds(params, prefill_tokens, attn_token_pairs, context_tokens, kv_write_tokens,
+n_running, table_blocks, rng_state, terms)``; ``terms`` (float64[4]) is ADDED to:
+[compute_s, memory_s, refetch_s, overhead_s].
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from sitsprof.calibration import load_calibration, validate_calibration
+
+from ..errors import ServingReplayError
+
+#: Bytes a Hopper SM keeps in flight from HBM in a TMA-pipelined kernel (GEMM main loops and
+#: FlashAttention-3 keep 2-4 stages of 16-48 KiB tiles in its 228 KiB of shared memory): an
+#: assumption, docs/serving-latency.md.
+IN_FLIGHT_BYTES_PER_SM = 64 * 1024
+#: SMs when the calibration's device does not say (H100 SXM / H200: 132).
+DEFAULT_SM_COUNT = 132
+#: Per-step CPU scheduling, input preparation and launch time (an assumption; docs/serving-latency.md).
+STEP_OVERHEAD_S = 1e-3
+#: One block-table entry (vLLM's block tables are int32 block ids) and one L2 line.
+TABLE_ENTRY_BYTES = 4
+L2_LINE_BYTES = 128
+#: At most this many delays are drawn per step; more missed lines scale the drawn sum.
+MAX_DRAWS = 256
+BISECTION_STEPS = 80
+
+# scalar slots of params[0]
+(S_LIN, S_ATTN, S_WEIGHTS, S_KV_READ, S_KV_WRITE, S_PEAK, S_INFLIGHT, S_MODE, S_L0, S_A, S_UMAX, S_B, S_UCAP,
+ S_OVERHEAD, S_LAYERS, S_REFETCH, N_SCALARS) = range(17)
+MODE_FLAT, MODE_FIT, MODE_POINTS = 0, 1, 2
+#: quantile knots used when a level has no histogram (inverse CDF through them; docs)
+QUANTILE_PROBS = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}
+
+
+class StepCostModel:
+    """The step time model built from one calibration and one model preset (`params` for numba)."""
+
+    def __init__(self, params: tuple, description: str, notes: list[str], refetch: bool, seed: int,
+                 levels: list[dict]):
+        self.params = params
+        self.description = description
+        self.notes = notes
+        self.refetch = refetch  # False: no replacement-delay section; the refetch term is 0
+        self.seed = int(seed)
+        self.levels = levels
+
+    def rng_state(self) -> np.ndarray:
+        """A fresh seeded uint64[1] state (the replay's formula)."""
+        return np.array([(self.seed * 0x9E3779B97F4A7C15 + 1) % 2**64], dtype=np.uint64)
+
+    def step(self, prefill_tokens=0, attn_token_pairs=0.0, context_tokens=0, kv_write_tokens=0, n_running=1,
+             table_blocks=0, rng_state=None, terms=None) -> float:
+        """One step's seconds from Python (tests, reports); the same @njit function the replay calls."""
+        rng_state = self.rng_state() if rng_state is None else rng_state
+        terms = np.zeros(4) if terms is None else terms
+        return float(step_seconds(self.params, float(prefill_tokens), float(attn_token_pairs),
+                                  float(context_tokens), float(kv_write_tokens), float(n_running),
+                                  float(table_blocks), rng_state, terms))
+
+    def load(self, step_bytes: float) -> tuple[float, float]:
+        """(u*, L(u*) seconds) of a step moving `step_bytes` per GPU (the memory fixed point)."""
+        return tuple(float(x) for x in solve_load(self.params[0], self.params[1], self.params[2], float(step_bytes)))
+
+    @classmethod
+    def from_calibration(cls, calibration=None, model_preset=None, block_tokens: int = 16, seed: int = 0,
+                         overhead_s: float = STEP_OVERHEAD_S) -> StepCostModel:
+        from ..cost.costmodel import GpuFigures
+        from ..cost.models import DEFAULT_MODEL, ModelPreset, get_model
+
+        if isinstance(calibration, dict):
+            cal = validate_calibration(calibration)
+        else:
+            cal = load_calibration(calibration)
+        p = model_preset if isinstance(model_preset, ModelPreset) else get_model(model_preset or DEFAULT_MODEL)
+        if int(block_tokens) < 1:
+            raise ServingReplayError(f"block_tokens {block_tokens}: must be at least 1 (16 is vLLM's default)")
+        if not (isinstance(overhead_s, (int, float)) and math.isfinite(overhead_s) and overhead_s >= 0):
+            raise ServingReplayError(f"step overhead {overhead_s!r} s: must be a non-negative number of seconds")
+        g = GpuFigures.from_calibration(cal)
+        tp = float(p.tensor_parallel)
+        mhz = float(cal["clocks"]["sm_mhz"])
+        notes: list[str] = []
+
+        sc = np.zeros(N_SCALARS)
+        sc[S_LIN] = 2e9 * p.params_active_b / (g.flops * tp)
+        sc[S_ATTN] = 4.0 * p.layers * p.q_heads * p.attn_dim / (g.flops * tp)
+        sc[S_WEIGHTS] = p.params_total_b * 1e9 * p.dtype_bytes / tp
+        sc[S_KV_READ] = p.kv_bytes_per_token / tp
+        # a written byte costs what reading hbm_read/hbm_write bytes costs (the curve is a read curve)
+        sc[S_KV_WRITE] = p.kv_bytes_per_token / tp * (g.hbm_read_bps / g.hbm_write_bps)
+        sm_count = cal["device"].get("sm_count")
+        if not isinstance(sm_count, (int, float)) or isinstance(sm_count, bool):
+            sm_count = DEFAULT_SM_COUNT
+            notes.append(f"device.sm_count not in the calibration: {DEFAULT_SM_COUNT} SMs assumed (H100/H200)")
+        sc[S_INFLIGHT] = float(sm_count) * IN_FLIGHT_BYTES_PER_SM
+        sc[S_OVERHEAD] = float(overhead_s)
+        sc[S_LAYERS] = float(p.layers)
+
+        curve = next((c for c in cal.get("loaded_latency", []) if c.get("tier") == "hbm"), None)
+        cu = np.zeros(1)
+        cl = np.zeros(1)
+        hbm_s = g.hbm_latency_s
+        if curve is None:
+            sc[S_MODE] = MODE_FLAT
+            sc[S_PEAK] = g.hbm_read_bps
+            sc[S_L0] = hbm_s
+            sc[S_UCAP] = 1.0
+            notes.append("no loaded-latency curve in the calibration: HBM latency held at its unloaded P50 "
+                         f"({hbm_s * 1e9:.0f} ns), bandwidth capped at hbm_read_gbs")
+            curve_text = "flat latency (no loaded-latency curve)"
+        else:
+            to_s = (1e-6 / mhz) if curve["unit"] == "cycles" else 1e-9
+            sc[S_PEAK] = float(curve.get("peak_gbs", cal["bandwidth"]["hbm_read_gbs"])) * 1e9
+            if "peak_gbs" not in curve:
+                notes.append("the loaded-latency curve does not say its peak: its fractions are taken of hbm_read_gbs")
+            fit = curve.get("fit_p50")
+            if fit is not None:
+                sc[S_MODE] = MODE_FIT
+                sc[S_L0], sc[S_A], sc[S_UMAX], sc[S_B] = fit["l0"] * to_s, fit["a"] * to_s, fit["u_max"], fit["b"]
+                sc[S_UCAP] = min(1.0, fit["u_max"] * (1.0 - 1e-9))
+                curve_text = (f"loaded latency: queueing fit L0 {fit['l0'] * to_s * 1e9:.0f} ns, "
+                              f"u_max {fit['u_max']:.3f}, b {fit['b']:g}")
+            else:
+                sc[S_MODE] = MODE_POINTS
+                pts = curve["points"]
+                cu = np.array([pt["bandwidth_fraction"] for pt in pts], dtype=np.float64)
+                cl = np.array([pt["quantiles"]["p50"] * to_s for pt in pts], dtype=np.float64)
+                sc[S_L0] = cl[0]
+                sc[S_UCAP] = min(1.0, float(cu[-1]))
+                notes.append("the loaded-latency curve has no queueing fit: its P50 points are interpolated and the "
+                             f"load capped at the last measured fraction ({cu[-1]:.3f})")
+                curve_text = f"loaded latency: {len(pts)} P50 points"
+
+        levels, arrays, refetch_note = _levels(cal, mhz)
+        sc[S_REFETCH] = 1.0 if levels else 0.0
+        if refetch_note:
+            notes.append(refetch_note)
+        params = (sc, cu, cl, *arrays)
+        kind = g.calibration_kind
+        description = (f"step model: {g.calibration} ({kind}), {p.name} tp={p.tensor_parallel}; {curve_text}; "
+                       + (f"refetch priced from {len(levels)} replacement-delay level(s)" if levels
+                          else "refetch term 0 (no replacement-delay distribution in the calibration)")
+                       + f"; overhead {overhead_s * 1e3:g} ms/step")
+        return cls(params, description, notes, bool(levels), seed, levels)
+
+
+def _levels(cal: dict, mhz: float):
+    """Per load level arrays for the refetch term, padded: (fraction, has delay, residency ages,
+    resident fractions, points, half-life, histogram edges, cumulative shares, bins, quantile
+    probabilities, quantile values), all in seconds; [] and a note when there is none."""
+    rd = cal.get("replacement_delay")
+    empty = (np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros((1, 1)), np.zeros((1, 1)),
+             np.zeros(1, dtype=np.int64), np.full(1, np.nan), np.zeros((1, 2)), np.zeros((1, 1)),
+             np.zeros(1, dtype=np.int64), np.zeros((1, 1)), np.zeros((1, 1)))
+    if not rd or not rd.get("levels"):
+        return [], empty, ("no replacement_delay section in the calibration: the refetch term is 0 "
+                           "(calibrate from a run with the loaded-latency probe to price it)")
+    to_s = (1e-6 / mhz) if rd["unit"] == "cycles" else 1e-9
+    lvls = sorted(rd["levels"], key=lambda lv: lv["bandwidth_fraction"])
+    if not any(lv["delay"] is not None for lv in lvls):
+        return [], empty, "the replacement_delay section has no level with a missed re-touch: the refetch term is 0"
+    n = len(lvls)
+    curves = [[pt for pt in lv["residency"].get("curve", []) if "age_ns" in pt] for lv in lvls]
+    m = max([len(c) for c in curves] + [1])
+    frac = np.array([lv["bandwidth_fraction"] for lv in lvls], dtype=np.float64)
+    has = np.array([lv["delay"] is not None for lv in lvls], dtype=np.int64)
+    ages = np.zeros((n, m))
+    res = np.zeros((n, m))
+    npts = np.zeros(n, dtype=np.int64)
+    half = np.full(n, np.nan)
+    hists = [(lv["delay"] or {}).get("histogram") for lv in lvls]
+    b = max([len(h["counts"]) for h in hists if h] + [1])
+    edges = np.zeros((n, b + 1))
+    cum = np.zeros((n, b))
+    nb = np.zeros(n, dtype=np.int64)
+    qp = np.zeros((n, len(QUANTILE_PROBS) + 1))
+    qv = np.zeros((n, len(QUANTILE_PROBS) + 1))
+    for i, lv in enumerate(lvls):
+        for j, pt in enumerate(curves[i]):
+            ages[i, j] = pt["age_ns"] * 1e-9
+            res[i, j] = pt["resident_fraction"]
+        npts[i] = len(curves[i])
+        if lv["residency"].get("time_ns") is not None:
+            half[i] = lv["residency"]["time_ns"] * 1e-9
+        if lv["delay"] is None:
+            continue
+        h = hists[i]
+        if h and sum(h["counts"]) > 0:
+            k = len(h["counts"])
+            edges[i, : k + 1] = np.asarray(h["edges"], dtype=np.float64) * to_s
+            c = np.cumsum(np.asarray(h["counts"], dtype=np.float64))
+            cum[i, :k] = c / c[-1]
+            nb[i] = k
+        q = lv["delay"]["quantiles"]
+        probs, vals = knots(q)
+        qp[i, : len(probs)] = probs
+        qv[i, : len(vals)] = np.asarray(vals) * to_s
+        qp[i, len(probs):] = 2.0  # unused slots (beyond probability 1)
+    return lvls, (frac, has, ages, res, npts, half, edges, cum, nb, qp, qv), ""
+
+
+def knots(q: dict) -> tuple[list[float], list[float]]:
+    """Inverse-CDF knots of a delay from its quantiles: the given ones, and below the median the
+    upper half mirrored (probability 0.1 at ``2 p50 - p90``, floored at 0; docs/serving-latency.md)."""
+    probs, vals = [], []
+    p50 = float(q["p50"])
+    low = max(0.0, 2 * p50 - float(q["p90"])) if "p90" in q else p50
+    probs.append(0.1)
+    vals.append(min(low, p50))
+    for key, prob in QUANTILE_PROBS.items():
+        if key in q:
+            probs.append(prob)
+            vals.append(max(float(q[key]), vals[-1]))
+    return probs, vals
+
+
+# ---------------------------------------------------------------- numba
+
+
+@njit(cache=True)
+def uniform(rng_state):
+    """The next U[0, 1) of a splitmix64 stream kept in rng_state[0] (uint64)."""
+    s = rng_state[0] + np.uint64(0x9E3779B97F4A7C15)
+    rng_state[0] = s
+    z = s
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return float(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(cache=True)
+def loaded_latency(sc, cu, cl, u):
+    """HBM latency (seconds) at load u (a fraction of the curve's peak)."""
+    mode = int(sc[S_MODE])
+    if mode == MODE_FIT:
+        rho = u / sc[S_UMAX]
+        if rho >= 1.0:
+            return np.inf
+        return sc[S_L0] + sc[S_A] * ((1.0 - rho) ** (-sc[S_B]) - 1.0)
+    if mode == MODE_POINTS:
+        n = cu.shape[0]
+        if u <= cu[0]:
+            return cl[0]
+        for i in range(1, n):
+            if u <= cu[i]:
+                w = (u - cu[i - 1]) / (cu[i] - cu[i - 1])
+                return cl[i - 1] + w * (cl[i] - cl[i - 1])
+        return cl[n - 1]
+    return sc[S_L0]
+
+
+@njit(cache=True)
+def solve_load(sc, cu, cl, step_bytes):
+    """(u*, L(u*)): the load at which u = min(Q / (L(u) x peak), u_cap), Q = min(bytes, in-flight
+    bytes); the right side falls as u rises (L rises), so the crossing is unique: bisection."""
+    cap = sc[S_UCAP]
+    if step_bytes <= 0.0:
+        return 0.0, loaded_latency(sc, cu, cl, 0.0)
+    q = min(step_bytes, sc[S_INFLIGHT])
+    peak = sc[S_PEAK]
+    lat = loaded_latency(sc, cu, cl, cap)
+    if q / (lat * peak) >= cap:
+        return cap, lat
+    lo = 0.0
+    hi = cap
+    for _ in range(BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        if q / (loaded_latency(sc, cu, cl, mid) * peak) > mid:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-13:
+            break
+    u = 0.5 * (lo + hi)
+    return u, loaded_latency(sc, cu, cl, u)
+
+
+@njit(cache=True)
+def resident_share(ages, res, npts, half, i, age):
+    """Share of L2 lines still resident `age` seconds after their touch at level i: the residency
+    curve (linear from 1 at age 0 to its first point, log-age interpolation between points, flat
+    beyond), else the half-life 2^(-age / time), else 0 (every line evicted)."""
+    n = npts[i]
+    if n > 0:
+        if age <= ages[i, 0]:
+            if ages[i, 0] <= 0.0:
+                return res[i, 0]
+            return 1.0 + (res[i, 0] - 1.0) * age / ages[i, 0]
+        for j in range(1, n):
+            if age <= ages[i, j]:
+                a0 = np.log(max(ages[i, j - 1], 1e-12))
+                a1 = np.log(max(ages[i, j], 1e-12))
+                w = 1.0 if a1 <= a0 else (np.log(age) - a0) / (a1 - a0)
+                return res[i, j - 1] + w * (res[i, j] - res[i, j - 1])
+        return res[i, n - 1]
+    if half[i] == half[i] and half[i] > 0.0:
+        return 2.0 ** (-age / half[i])
+    return 0.0
+
+
+@njit(cache=True)
+def draw_delay(edges, cum, nb, qp, qv, i, rng_state):
+    """One replacement delay (seconds, >= 0) of level i: from its histogram (a bin by its share,
+    uniform inside), else by inverse CDF through its quantile knots."""
+    r = uniform(rng_state)
+    k = nb[i]
+    if k > 0:
+        b = 0
+        while b < k - 1 and cum[i, b] <= r:
+            b += 1
+        lo = cum[i, b - 1] if b > 0 else 0.0
+        w = (r - lo) / (cum[i, b] - lo) if cum[i, b] > lo else 0.5
+        v = edges[i, b] + w * (edges[i, b + 1] - edges[i, b])
+    else:
+        m = qp.shape[1]
+        if r <= qp[i, 0]:
+            v = qv[i, 0]
+        else:
+            v = qv[i, 0]
+            for j in range(1, m):
+                if qp[i, j] > 1.0:
+                    break
+                if r <= qp[i, j]:
+                    v = qv[i, j - 1] + (r - qp[i, j - 1]) / (qp[i, j] - qp[i, j - 1]) * (qv[i, j] - qv[i, j - 1])
+                    break
+                v = qv[i, j]
+    return max(v, 0.0)
+
+
+@njit(cache=True)
+def refetch_seconds(params, u, base_s, n_running, table_blocks, rng_state):
+    """The step's block-table re-fetch stall (module docstring)."""
+    sc = params[0]
+    if sc[S_REFETCH] == 0.0 or n_running <= 0.0 or table_blocks <= 0.0:
+        return 0.0
+    frac, has, ages, res, npts, half, edges, cum, nb, qp, qv = (params[3], params[4], params[5], params[6],
+                                                                params[7], params[8], params[9], params[10],
+                                                                params[11], params[12], params[13])
+    best = 0
+    for i in range(1, frac.shape[0]):
+        if abs(frac[i] - u) < abs(frac[best] - u):
+            best = i
+    if has[best] == 0:
+        return 0.0
+    layers = sc[S_LAYERS]
+    evicted = 1.0 - resident_share(ages, res, npts, half, best, base_s / layers)
+    if evicted <= 0.0:
+        return 0.0
+    lines = np.ceil(table_blocks / n_running * TABLE_ENTRY_BYTES / L2_LINE_BYTES)
+    expected = layers * lines * min(evicted, 1.0)
+    k = int(np.floor(expected))
+    if uniform(rng_state) < expected - k:
+        k += 1
+    draws = min(k, MAX_DRAWS)
+    total = 0.0
+    for _ in range(draws):
+        total += draw_delay(edges, cum, nb, qp, qv, best, rng_state)
+    if draws < k:
+        total *= k / draws
+    return total
+
+
+@njit(cache=True)
+def step_seconds(params, prefill_tokens, attn_token_pairs, context_tokens, kv_write_tokens, n_running,
+                 table_blocks, rng_state, terms):
+    """Seconds of one engine step; adds [compute, memory, refetch, overhead] to `terms`."""
+    sc = params[0]
+    linear_tokens = max(float(kv_write_tokens), float(prefill_tokens))  # every scheduled token, decode too
+    compute = linear_tokens * sc[S_LIN] + attn_token_pairs * sc[S_ATTN]
+    step_bytes = sc[S_WEIGHTS] + context_tokens * sc[S_KV_READ] + kv_write_tokens * sc[S_KV_WRITE]
+    u, _lat = solve_load(sc, params[1], params[2], step_bytes)
+    memory = step_bytes / (u * sc[S_PEAK]) if step_bytes > 0.0 else 0.0
+    base = max(compute, memory)
+    refetch = refetch_seconds(params, u, base, float(n_running), float(table_blocks), rng_state)
+    overhead = sc[S_OVERHEAD]
+    terms[0] += compute
+    terms[1] += memory
+    terms[2] += refetch
+    terms[3] += overhead
+    return base + refetch + overhead
