@@ -49,7 +49,8 @@ SCHEMA = "sitsprof.calibration"
 SCHEMA_VERSION = 1
 TIERS = ("l1", "l2_near", "l2_far", "hbm", "tlb_miss")
 QUANTILE_KEYS = ("p50", "p90", "p95", "p99", "p999")
-PROVENANCE_KINDS = ("measured", "published")
+#: "synthetic": built by `calibrate` from a generated run (reports/synthetic.py), never a measurement
+PROVENANCE_KINDS = ("measured", "published", "synthetic")
 LATENCY_UNITS = ("cycles", "ns")
 BANDWIDTH_KEYS = ("hbm_read_gbs", "hbm_write_gbs", "hbm_copy_gbs", "l2_read_gbs", "host_to_device_gbs")
 #: queueing fits a loaded-latency curve may carry (reports/queueing.py), per quantile
@@ -206,8 +207,14 @@ def validate_calibration(obj: Any) -> dict:
     ids = _sources(provenance)
     if kind == "published" and not ids:
         _fail("provenance.sources", "a published calibration must cite at least one source")
-    if kind == "measured":
+    if kind in ("measured", "synthetic"):
         _string(_need(provenance, "run", "provenance"), "provenance.run")
+    # Synthetic figures are never shown as measured: the flags must agree with the kind.
+    if obj.get("synthetic") is True and kind != "synthetic":
+        _fail("provenance.kind", f"a calibration with synthetic: true must say kind 'synthetic', got {kind!r} "
+                                 "(rebuild it with sitsprof calibrate)")
+    if obj.get("measured") is True and kind != "measured":
+        _fail("measured", f"cannot be true for provenance.kind {kind!r}: only a measured calibration is measured")
     missing = provenance.get("missing", {})
     if not isinstance(missing, dict):
         _fail("provenance.missing", "must be an object: tier -> why it is absent")
@@ -229,7 +236,7 @@ def validate_calibration(obj: Any) -> dict:
         if unit not in LATENCY_UNITS:
             _fail(f"{field}.unit", f"must be one of {', '.join(LATENCY_UNITS)}, got {unit!r}")
         _quantiles(_need(entry, "quantiles", field), f"{field}.quantiles")
-        if kind == "measured" and entry.get("histogram") is None:
+        if kind in ("measured", "synthetic") and entry.get("histogram") is None:
             _fail(f"{field}.histogram", "a measured calibration must carry the histogram")
         _histogram(entry.get("histogram"), f"{field}.histogram")
         _check_source(entry, field, kind, ids)

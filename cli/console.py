@@ -12,7 +12,13 @@ import click
 
 from sitsprof.common import jsonout
 
-COST_COLUMNS = ("policy", "capacity", "block hit", "TTFT P50 ms", "P95 ms", "P99 ms", "tok/s", "CTCCI", "notes")
+#: "tok/s, 1 stream": output tokens per second of one request stream served back to back (no
+#: batching, no queueing), the cost model's figure until a serving replay gives the real one.
+TOKENS_COLUMN = "tok/s, 1 stream"
+COST_COLUMNS = ("policy", "capacity", "block hit", "TTFT P50 ms", "P95 ms", "P99 ms", TOKENS_COLUMN, "CTCCI", "notes")
+#: What each calibration provenance says beside its name, so a synthetic one is never read as measured.
+CALIBRATION_LABELS = {"measured": "measured", "published": "published figures, not measured",
+                      "synthetic": "SYNTHETIC: from a generated run, not a measurement"}
 
 
 def load_trace(path: str, fmt: str | None, skip_bad_lines: bool):
@@ -39,25 +45,68 @@ def emit_json(document) -> None:
 
 
 @contextmanager
-def progress_bar(policies: list[str], capacities: list[int], show: bool, console=None):
-    """A `progress(done, total, label)` callback drawing a rich bar on stderr, or None when not
-    `show`, stderr is no terminal or there is at most one run."""
+def progress_bar(policies: list[str], capacities: list[int], show: bool, console=None, prefix: str = ""):
+    """A `progress(done, total, label)` callback: a rich bar on stderr when `show`, stderr is a
+    terminal and there are two runs or more, else a callback that only follows the sweep.
+
+    Either way a first run says why it is slow: while numba compiles a policy's kernels (a
+    cache miss: first run, edited source) the bar reads "compiling kernels (first run only):
+    POLICY (i of n policies)", or, with no bar, one stderr line per policy compiled; a last
+    line says how many kernels were compiled, in how long."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from sitsprof.policies.engine.compiling import FIRST_RUN_NOTE, watch_compiles
+
     console = console or Console(stderr=True)
     total = len(policies) * len(capacities)
+    per_policy = max(1, len(capacities))
+    done = [0]
+    noted: set[str] = set()
+
+    def compiling() -> tuple[str, str]:
+        i = min(done[0] // per_policy, max(0, len(policies) - 1))
+        policy = policies[i] if policies else "the engine"
+        return f"{FIRST_RUN_NOTE}: {policy} ({i + 1} of {len(policies)} policies)", policy
+
+    def say(text: str) -> None:
+        console.print(f"sitsprof: {text}", markup=False, highlight=False, soft_wrap=True)
+
     if not show or not console.is_terminal or total < 2:
-        yield None
+        def on_start(_name: str) -> None:
+            text, policy = compiling()
+            if policy not in noted:
+                noted.add(policy)
+                say(text)
+
+        def follow(done_: int, total_: int, label: str) -> None:
+            done[0] = done_
+
+        with watch_compiles(on_start) as stats:
+            yield follow
+        if stats["count"]:
+            say(_compiled_line(stats))
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task(f"{policies[0]} @ {capacities[0]:,}", total=total)
+        task = progress.add_task(f"{prefix}{policies[0]} @ {capacities[0]:,}", total=total)
 
-        def advance(done: int, total_: int, label: str) -> None:
-            progress.update(task, completed=done, description=f"done {label}")
+        def on_start(name: str) -> None:
+            progress.update(task, description=f"{compiling()[0]}, {name}")
 
-        yield advance
+        def advance(done_: int, total_: int, label: str) -> None:
+            done[0] = done_
+            progress.update(task, completed=done_, description=f"{prefix}done {label}")
+
+        with watch_compiles(on_start) as stats:
+            yield advance
+    if stats["count"]:
+        say(_compiled_line(stats))
+
+
+def _compiled_line(stats: dict) -> str:
+    return (f"compiled {stats['count']} kernel(s) in {stats['seconds']:.1f} s (first run only: numba caches "
+            "them beside the modules, later runs load them)")
 
 
 def run_with_progress(trace, policies: list[str], capacities: list[int], show: bool, console=None,
@@ -68,8 +117,6 @@ def run_with_progress(trace, policies: list[str], capacities: list[int], show: b
         from sitsprof.policies.sweep import simulate_many as simulate
 
     with progress_bar(policies, capacities, show, console) as progress:
-        if progress is None:
-            return simulate(trace, policies, capacities, **kwargs)
         return simulate(trace, policies, capacities, progress=progress, **kwargs)
 
 
@@ -123,7 +170,16 @@ def cost_table(results, title: str | None = None):
     return table
 
 
+def calibration_label(cost: dict) -> str:
+    """The calibration's name with what it is: `hopper-published (published figures, not
+    measured)`, `measured-x (SYNTHETIC: ...)`."""
+    kind = cost.get("calibration_kind")
+    label = CALIBRATION_LABELS.get(kind, kind)
+    return f"{cost.get('calibration', '?')}" + (f" ({label})" if label else "")
+
+
 def cost_title(results) -> str:
     cost = next((r.extra.get("cost") for r in results if r.extra.get("cost")), None) or {}
-    return (f"cost model: calibration {cost.get('calibration', '?')}, model {cost.get('model', '?')}, "
-            f"miss = {cost.get('miss', '?')} (service time, no queueing)")
+    return (f"cost model: calibration {calibration_label(cost)}, model {cost.get('model', '?')}, "
+            f"miss = {cost.get('miss', '?')} (service time, no queueing; {TOKENS_COLUMN}: one request stream "
+            "back to back)")

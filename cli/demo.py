@@ -11,14 +11,15 @@ import time
 import click
 
 from .console import cost_table, cost_title, progress_bar, results_table, stdout_console
+from .options import DURATION
 
 
 @click.command("demo")
 @click.option("--out", "out_dir", default="sitsprof-demo", show_default=True,
               type=click.Path(file_okay=False, writable=True), help="Folder for the results.")
 @click.option("--seed", default=0, show_default=True, help="Workload seed.")
-@click.option("--duration", "duration_s", default=1800.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True), help="Seconds of generated traffic.")
+@click.option("--duration", "duration_s", default="30m", show_default=True, type=DURATION,
+              help="Trace time of generated traffic (1800, 30m, 1h).")
 @click.option("--policy", "-p", "policy_text", default="all", show_default=True,
               help="Comma-separated policy names, or 'all'.")
 def demo(out_dir, seed, duration_s, policy_text) -> None:

@@ -3,6 +3,11 @@
 Errors meant for the user are exceptions that carry an integer `exit_code` attribute
 (each package defines its own in its `errors` module); they print as one line.
 Anything else is a bug: one line too, with a hint to rerun with --debug for the traceback.
+
+`--debug` is a global flag accepted anywhere among sitsprof's own options: before the
+sub-command (`sitsprof --debug policy simulate ...`) or after it (`sitsprof policy simulate
+... --debug`). Every command gets it as a hidden option; what follows `--` (a workload's
+arguments, `record -- python train.py --debug`) is never read as it.
 """
 from __future__ import annotations
 
@@ -25,6 +30,28 @@ COMMAND_MODULES: list[str] = [
 ]
 
 
+_DEBUG = {"on": False}
+
+
+def _set_debug(ctx: click.Context, _param, value: bool) -> None:
+    if value:
+        _DEBUG["on"] = True
+
+
+def _debug_option(hidden: bool) -> click.Option:
+    return click.Option(["--debug"], is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
+                        hidden=hidden, help="Show full tracebacks instead of one-line errors (anywhere on the line).")
+
+
+def _add_debug_everywhere(command: click.Command) -> None:
+    """Give `command` and every sub-command a hidden --debug (once), so the flag works after
+    the sub-command too; commands added later (tests) get it on the next `main`."""
+    if not any(isinstance(p, click.Option) and "--debug" in p.opts for p in command.params):
+        command.params.append(_debug_option(hidden=True))
+    for sub in getattr(command, "commands", {}).values():
+        _add_debug_everywhere(sub)
+
+
 def _show_version(ctx: click.Context, _param, value: bool) -> None:
     """--version, resolved only when asked: importlib.metadata costs ~50 ms of every start-up."""
     if not value or ctx.resilient_parsing:
@@ -38,18 +65,18 @@ def _show_version(ctx: click.Context, _param, value: bool) -> None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
               help="Show the version and exit.")
-@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
 @click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli(ctx: click.Context) -> None:
     """Profile NVIDIA Hopper memory behaviour and replay KV-cache traces through the SITS policies."""
     ctx.ensure_object(dict)
-    ctx.obj["debug"] = debug
+    ctx.obj["debug"] = _DEBUG["on"]
     if ctx.invoked_subcommand != "clocks":  # `clocks show/reset` report stale locks themselves
         from sitsprof.pmu.lockstate import warn_stale_locks  # reads a state file only, no NVML
 
         warn_stale_locks()
 
 
+cli.params.append(_debug_option(hidden=False))
 for _name in COMMAND_MODULES:
     for _command in importlib.import_module(_name).COMMANDS:
         cli.add_command(_command)
@@ -58,7 +85,8 @@ for _name in COMMAND_MODULES:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the command, map errors to one line and an exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args
+    _DEBUG["on"] = False
+    _add_debug_everywhere(cli)
     try:
         cli.main(args=args, prog_name="sitsprof", standalone_mode=False)
     except click.exceptions.Abort:
@@ -80,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # noqa: BLE001 - the one place that turns errors into lines
-        if debug:
+        if _DEBUG["on"]:
             raise
         code = getattr(exc, "exit_code", None)
         if isinstance(code, int) and not isinstance(code, bool):

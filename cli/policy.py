@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from .console import cost_table, cost_title, emit_json, load_trace, results_table, run_with_progress, stdout_console
+from .options import DURATION
 from .sits import claims_cmd, serve_metrics
 
 FORMAT_CHOICES = ["mooncake", "oracle", "csv", "requests"]
@@ -47,9 +48,9 @@ def _trace_options(func):
 @click.option("--embedder", default=None, metavar="SPEC",
               help="semantic-shard, shard key embedding: hashed (built in, default), sentence-transformers:PATH "
                    "or model2vec:PATH (a local model folder; nothing is downloaded).")
-@click.option("--ttl", "ttl", default=None, metavar="DURATION",
+@click.option("--ttl", "ttl", default=None, type=DURATION,
               help="semantic-shard: entry TTL in trace time, e.g. 180s (default), 5m.")
-@click.option("--window", "window", default=None, metavar="DURATION",
+@click.option("--window", "window", default=None, type=DURATION,
               help="sits, semantic-shard: decision window in trace time, e.g. 60s (default).")
 @click.option("--threshold", "threshold", is_flag=True, default=False,
               help="sits: serve LIRS until the dynamic threshold engine hot-switches to SITS.")
@@ -58,17 +59,24 @@ def _trace_options(func):
 @click.option("--param", "-P", "param_items", multiple=True, metavar="NAME=VALUE",
               help="Any policy parameter by name, e.g. -P margin=0.001 -P hir_ratio=0.02 (repeatable); "
                    "a name no selected policy takes is an error that lists what they take.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
-@click.option("--csv", "as_csv", is_flag=True, help="Print CSV rows instead of a table.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one policy-results document (docs/policy-results.md) instead of a table.")
+@click.option("--csv", "as_csv", is_flag=True,
+              help="Print flat CSV rows instead of a table: hit ratios, ttft_p50/p95/p99/mean_ms, "
+                   "tokens_per_s_one_stream (one request stream back to back: no batching, no queueing), CTCCI, "
+                   "parameters; no event logs (--events).")
+@click.option("--events", "events_path", default=None, type=click.Path(dir_okay=False, writable=True),
+              help="Write the adaptive policies' event logs (SITS decisions, shard rebalances) to this file, "
+                   "one JSON object a line with its policy and capacity.")
 def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as_json, as_csv,
                  calibration=None, model_name=None, miss_mode="recompute", shard_key=None, ttl=None, window=None,
-                 threshold=False, threshold_windows=None, param_items=(), embedder=None) -> None:
+                 threshold=False, threshold_windows=None, param_items=(), embedder=None, events_path=None) -> None:
     """Replay TRACE (Mooncake JSONL, oracleGeneral, CSV or request JSONL) through each policy at each capacity."""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are alternatives; pick one")
     from sitsprof.policies.engine.capacity import parse_capacities
     from sitsprof.policies.engine.params import parse_assignments
-    from sitsprof.policies.engine.results import document, result_rows, rows_to_csv, trace_summary
+    from sitsprof.policies.engine.results import document, event_records, result_rows, rows_to_csv, trace_summary
     from sitsprof.policies.registry import select_policies
     from sitsprof.policies.sweep import bind_params, run_policies
 
@@ -85,11 +93,19 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
     results = run_with_progress(trace, policies, capacities, not (as_json or as_csv), simulate=run_policies,
                                 calibration=calibration, model=model_name, miss=miss_mode, params=params)
     summary = trace_summary(trace, trace_path, fmt)
+    rows = result_rows(results, trace)
+    if events_path is not None:
+        from sitsprof.common import jsonout
+        from sitsprof.common.atomic import atomic_write_text
+
+        lines = [jsonout.dumps(e) for e in event_records(rows)]
+        atomic_write_text(events_path, "".join(line + "\n" for line in lines))
+        click.echo(f"sitsprof: wrote {len(lines):,} event(s) to {events_path}", err=True)
     if as_json:
-        emit_json(document(result_rows(results, trace), trace=summary))
+        emit_json(document(rows, trace=summary))
         return
     if as_csv:
-        click.echo(rows_to_csv(result_rows(results, trace)), nl=False)
+        click.echo(rows_to_csv(rows), nl=False)
         return
     title = (
         f"{trace_path}: {summary['references']:,} block references, {summary['requests']:,} requests, "
@@ -191,23 +207,30 @@ def mrc_cmd(trace_path, policy_text, points, spacing, sample_text, min_blocks, n
 
 
 @click.command("list")
-def list_cmd() -> None:
-    """The replacement policies the engine knows."""
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: each policy's name, aliases, description and parameters (default and valid range).")
+def list_cmd(as_json=False) -> None:
+    """The replacement policies the engine knows (names: case, - and _ alike; e.g. prefix-lru, twoq)."""
+    from sitsprof.policies.registry import policy_catalog
+
+    catalog = policy_catalog()
+    if as_json:
+        emit_json(catalog)
+        return
     from rich.table import Table
 
-    from sitsprof.policies.registry import POLICIES
-
-    table = Table("policy", "what it does")
-    for name, module in POLICIES.items():
-        table.add_row(name, module.DESCRIPTION)
+    table = Table("policy", "what it does", "parameters (-P name=value)")
+    for entry in catalog:
+        params = ", ".join(f"{p['name']}={p['default']}" for p in entry["parameters"])
+        table.add_row(entry["name"], entry["description"], params or "-")
     stdout_console().print(table)
 
 
 @click.command("generate")
 @click.argument("out", type=click.Path(dir_okay=False, writable=True))
 @click.option("--seed", default=0, show_default=True, help="Seed: the same seed gives the same workload.")
-@click.option("--duration", "duration_s", default=1800.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True), help="Seconds of traffic.")
+@click.option("--duration", "duration_s", default="30m", show_default=True, type=DURATION,
+              help="Trace time of traffic (1800, 30m, 1h).")
 @click.option("--scale", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Multiply every stack's session rate.")
 @click.option("--as", "kind", type=click.Choice(["mooncake", "requests", "oracle", "csv"]), default="mooncake",

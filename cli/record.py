@@ -5,9 +5,11 @@ import click
 
 from sitsprof.common import jsonout
 
+from .options import DURATION
+
 
 @click.command("record", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--duration", default=None,
+@click.option("--duration", default=None, type=DURATION,
               help="Stop after this long (10s, 500ms, 2m); the command and its children get SIGTERM "
                    "(SIGKILL 5 s later).")
 @click.option("--out", "parent", default="runs", show_default=True, type=click.Path(file_okay=False),
@@ -19,17 +21,17 @@ from sitsprof.common import jsonout
               help="lock: pin clocks for the run and restore them after (root); none: record their drift.")
 @click.option("--sm", default="max", show_default=True, help="SM clock with --clocks lock: max, base, tdp or MHz.")
 @click.option("--memory", default=None, help="Memory clock with --clocks lock: max, base or MHz.")
-@click.option("--interval", default="10ms", show_default=True, help="NVML sampling interval (>= 1ms).")
+@click.option("--interval", default="10ms", show_default=True, type=DURATION, help="NVML sampling interval (>= 1ms).")
 @click.option("--nvml-groups", default=None,
               help="NVML counter groups, comma separated (default: clocks,power,temperature,utilization,"
                    "event_reasons,memory; also: fields). Fewer groups, faster reads.")
 @click.option("--gpm/--no-gpm", default=True, show_default=True,
               help="GPM sampler (Hopper+; skipped if unsupported).")
-@click.option("--gpm-interval", default="200ms", show_default=True,
+@click.option("--gpm-interval", default="200ms", show_default=True, type=DURATION,
               help="GPM sampling interval (100ms or more: NVML needs more than 100 ms between GPM samples).")
 @click.option("--cupti/--no-cupti", default=False, show_default=True,
               help="CUPTI PM sampler (L2, DRAM; needs cupti-python>=13.3).")
-@click.option("--cupti-interval", default="100us", show_default=True,
+@click.option("--cupti-interval", default="100us", show_default=True, type=DURATION,
               help="CUPTI PM sampling interval (10us works for short windows; its overflow is reported).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record(duration, parent, name, device, clock_mode, sm, memory, interval, nvml_groups, gpm, gpm_interval, cupti,
@@ -38,20 +40,19 @@ def record(duration, parent, name, device, clock_mode, sm, memory, interval, nvm
     from sitsprof.collectors.gpm_sampler import check_interval
     from sitsprof.collectors.record import check_workload
     from sitsprof.collectors.record import record as do_record
-    from sitsprof.common.durations import parse_duration
 
-    gpm_interval_s = check_interval(parse_duration(gpm_interval, positive=True))  # refused before anything is made
+    gpm_interval_s = check_interval(gpm_interval)  # refused before anything is made; durations are seconds (DURATION)
 
     command = list(command)
     if command and command[0] == "--":
         command = command[1:]
     run, result = do_record(
-        command, parse_duration(duration, positive=True) if duration else None, parent=parent, name=name,
+        command, duration, parent=parent, name=name,
         device_index=device, clocks=clock_mode, sm=sm, memory=memory,
-        nvml_interval_s=parse_duration(interval, positive=True),
+        nvml_interval_s=interval,
         nvml_groups=nvml_groups.split(",") if nvml_groups else None,
         gpm=gpm, gpm_interval_s=gpm_interval_s, cupti=cupti,
-        cupti_interval_ns=int(round(parse_duration(cupti_interval, positive=True) * 1e9)),
+        cupti_interval_ns=int(round(cupti_interval * 1e9)),
         require=("cupti_pm",) if cupti else (),
         on_start=lambda r: click.echo(f"sitsprof: recording into {r.path}", err=True),
     )

@@ -12,7 +12,8 @@ import click
               default=Path("calibration.json"), show_default=True, help="Calibration file to write (schema v1).")
 @click.option("--allow-incomplete", is_flag=True,
               help="Write what an unfinished or partial run has (the missing parts are recorded in the file).")
-@click.option("--name", default=None, help="Calibration name (default: measured-HOST-RUN).")
+@click.option("--name", default=None,
+              help="Calibration name (default: measured-HOST-RUN; synthetic-HOST-RUN for a generated run).")
 def calibrate_cmd(run_dir: Path, output: Path, allow_incomplete: bool, name: str | None) -> None:
     """Fill a calibration file from a measured RUN_DIR (refuses incomplete runs unless told)."""
     from sitsprof.reports.fromrun import calibrate
@@ -21,6 +22,8 @@ def calibrate_cmd(run_dir: Path, output: Path, allow_incomplete: bool, name: str
     hbm = cal["latency"]["hbm"]["quantiles"]
     click.echo(f"wrote {path} ({cal['name']}: HBM p50 {hbm['p50']:.0f} cycles at {cal['clocks']['sm_mhz']:.0f} MHz, "
                f"HBM read {cal['bandwidth']['hbm_read_gbs']:.0f} GB/s)")
+    if cal.get("synthetic"):
+        click.echo(f"  {cal['label']} (provenance.kind synthetic, measured: false)", err=True)
     for part in cal["provenance"].get("incomplete", []):
         click.echo(f"  missing: {part}", err=True)
 

@@ -23,7 +23,7 @@ from .adaptive.tenancy import ctcci
 from .cost.costmodel import CostModel
 from .cost.models import DEFAULT_MODEL
 from .engine.capacity import check_capacity
-from .engine.params import bind
+from .engine.params import bind, check_params
 from .engine.replay import Prepared, SimResult, as_trace, run_kernel
 from .registry import get_policy
 from .traces.trace import Trace
@@ -78,6 +78,7 @@ def simulate_costed(trace: Trace, policy, capacity, calibration=None, model: str
     module = policy_module(policy)
     capacity = check_capacity(capacity)
     if hasattr(module, "run"):
+        check_params(module, params)
         offsets = None if prepared is None else prepared.offsets
         return module.run(trace, capacity, calibration=calibration, model=model, miss=miss, offsets=offsets, **params)
     prep = Prepared(trace) if prepared is None else prepared

@@ -184,6 +184,18 @@ def prepare_suite(name: str, parts: tuple[str, ...], index: int = 0, overrides: 
     return plan, limits
 
 
+def dry_run_line(limits: DeviceLimits) -> str:
+    """The dry run's last line: what the checks were made against, so a plan for the assumed
+    H200 (no GPU on this machine) never reads as checked on a real device."""
+    from .assumed import is_assumed
+
+    if is_assumed(limits):
+        return (f"dry run: planned for an assumed H200 as GPU {limits.index} (no GPU found on this machine): "
+                "all checks passed against its nominal limits; nothing launched (run it on the GPU node to check "
+                "against the real device)")
+    return f"dry run: all checks passed on {limits.describe()}; nothing launched"
+
+
 def plan_suite(name: str, device: DeviceLimits, parts: tuple[str, ...] = PARTS,
                overrides: dict | None = None) -> SuitePlan:
     """The suite for `device` with the command line's per-part overrides (`sitsprof probe <part>

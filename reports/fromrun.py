@@ -150,15 +150,18 @@ def calibration_from_run(run, allow_incomplete: bool = False, name: str | None =
     calibration = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
-        "name": name or (f"measured-{res.name}" if res.host == res.name else f"measured-{res.host}-{res.name}"),
-        "measured": True,
+        "name": name or ((f"synthetic-{res.name}" if res.synthetic else f"measured-{res.name}") if res.host == res.name
+                         else f"{'synthetic' if res.synthetic else 'measured'}-{res.host}-{res.name}"),
+        # A synthetic run (reports/synthetic.py) is a model, not a measurement: its calibration
+        # says so in `measured`, `synthetic`, `provenance.kind` and `label` alike.
+        "measured": not res.synthetic,
         "label": ("SYNTHETIC: built from a generated run, not a measurement" if res.synthetic
                   else f"measured by sitsprof on {res.host}"),
         "device": {k: dev[k] for k in ("name", "uuid", "pci_bus_id", "compute_capability", "sm_count",
                                        "l2_bytes", "memory_bytes") if k in dev} or {"name": "unknown"},
         "clocks": {"sm_mhz": float(res.sm_mhz), "locked": bool(clocks_locked(meta))},
         "provenance": {
-            "kind": "measured",
+            "kind": "synthetic" if res.synthetic else "measured",
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "run": run_id,
             "run_path": str(Path(res.path).resolve()),

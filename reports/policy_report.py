@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sitsprof.policies.engine.results import decisions_from_rows, row_p99_ms
+
 from .axes import axis_titles
 from .html import PALETTE, Figure, Section, Table, plot_text
 
@@ -72,8 +74,7 @@ def policy_section(payload: Any, source: str = "") -> Section:
         by_policy: dict[str, list[dict]] = {}
         for r in results:
             by_policy.setdefault(str(r.get("policy")), []).append(r)
-            extra = r.get("extra") or {}
-            p99 = r.get("p99_ms", extra.get("p99_ms"))
+            p99 = row_p99_ms(r)
             rows.append([r.get("policy"), r.get("capacity"), r.get("block_hit_ratio"), r.get("token_hit_ratio"),
                          r.get("prefix_hit_ratio"), r.get("evictions"), p99])
         tables.append(Table(["policy", "capacity (blocks)", "block hit ratio", "token hit ratio",
@@ -96,7 +97,7 @@ def policy_section(payload: Any, source: str = "") -> Section:
                            caption=caption))
         p99_data = []
         for policy, rs in by_policy.items():
-            pts = [(r.get("capacity"), r.get("p99_ms", (r.get("extra") or {}).get("p99_ms"))) for r in rs]
+            pts = [(r.get("capacity"), row_p99_ms(r)) for r in rs]
             pts = sorted(p for p in pts if isinstance(p[1], (int, float)))
             if pts:
                 p99_data.append(_policy_trace(policy, [p[0] for p in pts], [p[1] for p in pts], style[policy]))
@@ -108,6 +109,9 @@ def policy_section(payload: Any, source: str = "") -> Section:
     if curve_figure is not None:
         figs.append(curve_figure)
     timeline = payload.get("decisions") or payload.get("timeline") or []
+    at = payload.get("decisions_capacity")
+    if not timeline:  # `policy simulate --json`: the SITS rows carry their decisions as events
+        timeline, at = decisions_from_rows(results)
     if timeline:
         tkey = next((k for k in ("time", "t", "t_s", "time_s", "window") if k in timeline[0]), None)
         xs = [row.get(tkey) for row in timeline] if tkey else list(range(len(timeline)))
@@ -138,7 +142,6 @@ def policy_section(payload: Any, source: str = "") -> Section:
                                 "title": {"text": plot_text(", ".join(k for k in numeric if k not in big), 80)}}
         layout["legend"] = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
         layout["margin"] = {"t": 60, "r": 60 if len(big) < len(numeric) else 10}
-        at = payload.get("decisions_capacity")
         caption = ("One point per controller window" + (f", at capacity {at:,} blocks" if isinstance(at, int) else "")
                    + ". Triangles mark the behaviour chosen at the first window and at each change.")
         figs.append(Figure("SITS decision timeline", data, layout, height=440, wide=True, caption=caption))

@@ -51,6 +51,16 @@ SHARD_KEYS = ("auto", "first-block", "tenant", "stack", "embedding")
 # keywords are data (texts, embedder, offsets, hit_out) or the cost model's (calibration, model, miss).
 PARAMS = {"shard_key": "auto", "shards": 16, "ttl_s": 180.0, "window_s": 60.0, "memory": 0.5,
           "similarity": DEFAULT_THRESHOLD, "embedder": "hashed", "gated": True, "alpha": 0.6}
+# Valid values of PARAMS (engine/params.py checks every entry point against them, with the reason).
+PARAM_RANGES = {
+    "shard_key": ("one of " + ", ".join(SHARD_KEYS), "what groups requests into shards"),
+    "shards": ("int [1, 1048576]", "shards the keys hash onto; each needs at least one slot of the capacity"),
+    "ttl_s": ("(0, inf)", "how long, in trace seconds, an entry stays valid after its last access"),
+    "window_s": ("(0, inf)", "the rebalancing window in trace seconds; a window of 0 s holds no request"),
+    "memory": ("[0, 1]", "the decay of each shard's reference count per window: 0 forgets at once, 1 never"),
+    "similarity": ("[-1, 1]", "the cosine similarity at which a prompt joins a cluster"),
+    "alpha": ("[0, 1]", "the entropy term's weight in the migration score; the P99 term gets 1 - alpha"),
+}
 
 
 @njit(cache=True)

@@ -98,6 +98,22 @@ class SitsConfig:
 # Parameters `run` takes by name (params.accepted): SitsConfig's fields and the threshold engine's.
 PARAMS = {**{f.name: f.default for f in fields(SitsConfig)}, "threshold": False, "threshold_windows": 3,
           "threshold_budget_ms": 200.0, "threshold_horizon_s": 900.0}
+# Valid values of PARAMS (engine/params.py checks every entry point against them, with the reason).
+PARAM_RANGES = {
+    "window_s": ("(0, inf)", "the decision window in trace seconds; a window of 0 s holds no request"),
+    "window_refs": ("int [1, inf) or none", "references per decision window (none: by time, or references / 64)"),
+    "alpha": ("[0, 1]", "the entropy term's weight in the migration score; the P99 term gets 1 - alpha"),
+    "score_threshold": ("[0, 1]", "the migration score (0..1) at which a window may migrate"),
+    "margin": ("[0, 1]", "the shadow winner's lead, a share of the sampled references, needed to migrate"),
+    "migrate_margin": ("[0, 1]", "the lead, a share of the sampled references, needed in the migrate cell"),
+    "memory": ("[0, 1]", "the decay of the shadows' hit counts per window: 0 forgets at once, 1 never"),
+    "initial": ("one of " + ", ".join(BEHAVIOURS), "the behaviour served before the first decision"),
+    "sample_shift": ("int [0, 16] or none", "shadows sample 1/2^k of the blocks by the top 16 bits of their hash "
+                                           "(none: the largest k that leaves 1024 slots)"),
+    "threshold_windows": ("int [1, inf)", "consecutive breaching windows that fire the switch"),
+    "threshold_budget_ms": ("(0, inf)", "the switch's time budget; a switch over it is rolled back"),
+    "threshold_horizon_s": ("(0, inf)", "how far back, in trace seconds, earlier windows' P99 sets the threshold"),
+}
 
 
 @dataclass

@@ -38,6 +38,11 @@ from ._structs import NIL, new_lists
 
 NAME = "lirs"
 DESCRIPTION = "LIRS: inter-reference recency; LIR blocks in stack S, resident HIR blocks in a 1% queue"
+# Valid values of the KERNEL's parameters (engine/params.py reads them; refused with the reason).
+PARAM_RANGES = {
+    "hir_ratio": ("(0, 1)", "the share of the capacity kept for resident HIR blocks; the LIR set gets the rest, "
+                            "so at 1 it gets no room and nothing hits"),
+}
 
 # Per-block flag bits: the S entry exists / is LIR / is resident, the block is in Q, its id
 # is in NH.

@@ -25,6 +25,15 @@ from .twoq import ghost_add, ghost_take, new_ghost, new_ring, new_rows, ring_pop
 
 NAME = "s3fifo"
 DESCRIPTION = "S3-FIFO: small probationary FIFO, main clock FIFO and a ghost queue of evicted ids"
+# Valid values of the KERNEL's parameters (engine/params.py reads them; refused with the reason).
+PARAM_RANGES = {
+    "small_ratio": ("(0, 1)", "the small FIFO's share of the capacity; the main FIFO gets the rest, so each needs "
+                              "some (at 0 nothing is admitted)"),
+    "ghost_ratio": ("[0, 10]", "evicted ids the ghost remembers, as a multiple of the capacity; its ring is "
+                               "allocated up front, and past 10x it only costs memory"),
+    "move_to_main_threshold": ("int [1, inf)", "hits in the small FIFO that promote a block to main; at 0 every "
+                                               "block is promoted and the small FIFO filters nothing"),
+}
 
 SMALL, MAIN = 1, 2  # state bits besides twoq.GHOST
 # Columns of the per-block row: state bits, access counter, position in the ghost ring.

@@ -16,6 +16,12 @@ from ._structs import NIL, move_to_head_s, push_head_s, unlink_s
 
 NAME = "2q"
 DESCRIPTION = "2Q: first-time blocks in a FIFO (A1in), re-referenced ones in an LRU (Am), ghost A1out"
+# Valid values of the KERNEL's parameters (engine/params.py reads them; refused with the reason).
+PARAM_RANGES = {
+    "ain_ratio": ("(0, 1)", "A1in's share of the capacity; Am gets the rest, so each needs some"),
+    "aout_ratio": ("[0, 10]", "ids A1out remembers, as a multiple of the capacity; its ring is allocated up front, "
+                              "and past 10x it only costs memory"),
+}
 
 # Per-block state bits, shared with S3-FIFO: which queue holds the block, and whether its id
 # is in the ghost queue.

@@ -45,6 +45,8 @@ class GpuFigures:
     hbm_latency_s: float
     flops: float  # achieved dense BF16 FLOP/s for prefill
     calibration: str
+    #: provenance.kind of the calibration: measured, published or synthetic (shown beside its name)
+    calibration_kind: str = "published"
 
     @classmethod
     def from_calibration(cls, calibration: dict | str | None = None) -> GpuFigures:
@@ -61,6 +63,8 @@ class GpuFigures:
             hbm_latency_s=latency_ns(cal, "hbm", "p50") * 1e-9,
             flops=compute["bf16_dense_tflops"] * 1e12 * compute["achieved_fraction"],
             calibration=cal["name"],
+            calibration_kind="synthetic" if cal.get("synthetic") is True
+            else str((cal.get("provenance") or {}).get("kind", "published")),
         )
 
 
@@ -164,7 +168,8 @@ class CostModel:
             out["tokens_per_s"] = float(np.sum(outputs)) / busy if busy > 0 else 0.0
         else:
             out["tokens_per_s"] = None
-        out.update(calibration=self.gpu.calibration, model=self.model.name, miss=self.miss)
+        out.update(calibration=self.gpu.calibration, calibration_kind=self.gpu.calibration_kind,
+                   model=self.model.name, miss=self.miss)
         return out
 
 

@@ -3,7 +3,9 @@
 `check_capacity` is the engine's single gate (every replay, curve and cost run passes
 through it), so an impossible capacity fails with the same message whatever the entry
 point. `parse_capacities` reads the command line's lists: `1000,10k,2M,5%`, where a
-percentage is of the trace's distinct blocks (so one command line fits traces of any size).
+percentage is of the trace's distinct blocks (so one command line fits traces of any size)
+and must be within 0% < p <= 100% (a block count may exceed the trace's blocks: a cache
+larger than the working set is a real configuration; a percentage past 100% is a typo).
 """
 from __future__ import annotations
 
@@ -50,6 +52,13 @@ def parse_capacities(text: str, n_blocks: int) -> list[int]:
             )
         value, unit = float(match.group(1)), match.group(2).lower()
         if unit == "%":
+            if not 0 < value <= 100:
+                raise CapacityError(
+                    f"capacity {item.strip()!r} is outside 0% < capacity <= 100% of the trace's distinct blocks "
+                    + ("(a cache must hold at least one block)" if value <= 0 else
+                       "(past 100% every block fits and every policy misses only on first use)")
+                    + "; give a percentage such as 5%, or a block count such as 10k"
+                )
             value = max(1.0, round(n_blocks * value / 100.0))
         else:
             value *= {"": 1, "k": 1_000, "m": 1_000_000}[unit]

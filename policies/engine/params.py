@@ -7,16 +7,116 @@ tuning keywords of its ``run``, data and cost-model keywords excluded) or else t
 `bind(modules, given)` checks names and converts values (``"180s"``, ``"3m"`` for
 durations; ``true``/``false``; numbers), and returns the parameters each policy gets. A name
 no selected policy takes is one error line that lists what they do take.
+
+Valid values: a policy module declares ``PARAM_RANGES`` (parameter -> `Range`) beside its
+parameters; `check_params(module, values)` refuses a value outside its range with one line
+naming the parameter, the value, the range and why (`bind`, the engine's replay and the
+costed sweep all call it, so every entry point refuses alike). `ranges(module)` reads them.
 """
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 import re
+from dataclasses import dataclass
 from types import ModuleType
 
 from sitsprof.common.durations import parse_duration
 
 from ..errors import PolicyEngineError
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values one parameter may take: a number between `low` and `high` (each bound
+    inclusive unless `low_open` / `high_open`; None: unbounded), a whole number when
+    `integer`, or one of `choices`; None too when `optional`. `why` says what the parameter
+    is and what goes wrong outside the range, for the error line."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+    choices: tuple = ()
+    optional: bool = False
+    why: str = ""
+
+    def describe(self, name: str = "x") -> str:
+        """The range as a user reads it: ``0 < name < 1``, ``name >= 1`` (a whole number), ``one of a, b``."""
+        if self.choices:
+            text = "one of " + ", ".join(map(str, self.choices))
+        elif self.low is not None and self.high is not None:
+            text = (f"{self.low:g} {'<' if self.low_open else '<='} {name} "
+                    f"{'<' if self.high_open else '<='} {self.high:g}")
+        elif self.low is not None:
+            text = f"{name} {'>' if self.low_open else '>='} {self.low:g}"
+        elif self.high is not None:
+            text = f"{name} {'<' if self.high_open else '<='} {self.high:g}"
+        else:
+            text = f"{name} a number"
+        if self.integer:
+            text += ", a whole number"
+        return text + (", or none" if self.optional else "")
+
+    def allows(self, value) -> bool:
+        if value is None:
+            return self.optional
+        if self.choices:
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            return False
+        if self.integer and not float(value).is_integer():
+            return False
+        if self.low is not None and (value < self.low or self.low_open and value == self.low):
+            return False
+        return not (self.high is not None and (value > self.high or self.high_open and value == self.high))
+
+
+_INTERVAL = re.compile(r"^\s*(int\s+)?([\[(])\s*(-?inf|[-+\d.e]+)\s*,\s*(inf|[-+\d.e]+)\s*([\])])\s*(or none)?\s*$",
+                       re.I)
+
+
+def parse_range(spec: str, why: str = "") -> Range:
+    """A declared range: interval notation (``"(0, 1)"``, ``"[0, 1]"``, ``"(0, inf)"``), ``int``
+    before it for whole numbers (``"int [1, inf)"``), ``or none`` after it when None is allowed,
+    or ``"one of a, b"`` for text. The policy modules declare these as plain text because the
+    classic ones sit below the engine and cannot import `Range`."""
+    text = str(spec).strip()
+    if text.lower().startswith("one of "):
+        return Range(choices=tuple(c.strip() for c in text[7:].split(",") if c.strip()), why=why)
+    match = _INTERVAL.match(text)
+    if match is None:
+        raise TypeError(f"parameter range {spec!r} is not interval notation such as '(0, 1)' or 'int [1, inf)'")
+    integer, left, low, high, right, optional = match.groups()
+    low_v, high_v = float(low), float(high)
+    return Range(None if math.isinf(low_v) else low_v, None if math.isinf(high_v) else high_v,
+                 low_open=left == "(", high_open=right == ")", integer=bool(integer), optional=bool(optional),
+                 why=why)
+
+
+def ranges(module: ModuleType) -> dict:
+    """Parameter name -> Range a policy module declares: `PARAM_RANGES`, each entry a Range or
+    (spec, why) with spec as `parse_range` reads it; none declared: {}."""
+    out = {}
+    for name, entry in getattr(module, "PARAM_RANGES", {}).items():
+        out[name] = entry if isinstance(entry, Range) else parse_range(*entry)
+    return out
+
+
+def check_params(module: ModuleType, values: dict) -> dict:
+    """`values` (parameter -> converted value) unchanged when each is within the range the
+    policy declares; else PolicyEngineError naming the parameter, the value, the range and why."""
+    declared = ranges(module)
+    for name, value in values.items():
+        rule = declared.get(name)
+        if rule is not None and not rule.allows(value):
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            raise PolicyEngineError(
+                f"parameter {name}={shown} of {module.NAME} is out of range: give {rule.describe(name)}"
+                + (f" ({rule.why})" if rule.why else ""))
+    return values
 
 
 def kernel_params(module: ModuleType) -> dict:
@@ -83,5 +183,7 @@ def bind(modules, given: dict) -> dict:
     if unknown:
         offer = "; ".join(f"{p}: {', '.join(t) or 'none'}" for p, t in takes.items())
         raise PolicyEngineError(f"no selected policy takes parameter {', '.join(unknown)} ({offer})")
-    return {p: {name: convert(name, value, t[name]) for name, value in given.items() if name in t}
+    modules = {m.NAME: m for m in modules}
+    return {p: check_params(modules[p], {name: convert(name, value, t[name]) for name, value in given.items()
+                                         if name in t})
             for p, t in takes.items()}

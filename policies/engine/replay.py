@@ -27,7 +27,7 @@ from ..errors import PolicyEngineError
 from ..traces.ids import trace_from_ids
 from ..traces.offsets import request_offsets
 from ..traces.trace import Trace
-from .params import kernel_params
+from .params import check_params, kernel_params
 
 
 @dataclass
@@ -134,6 +134,7 @@ def run_kernel(prep: Prepared, module: ModuleType, capacity: int, params: dict) 
             f"policy {module.NAME!r} has no parameter {', '.join(unknown)}; "
             f"it takes {', '.join(allowed) if allowed else 'none'}"
         )
+    check_params(module, params)
     hit = prep.hit
     hit.fill(0)  # the contract asks kernels to write every flag; do not depend on it
     from numba.core.errors import TypingError

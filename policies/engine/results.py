@@ -80,17 +80,106 @@ def document(results: list[dict], **fields) -> dict:
     return {"format": FORMAT, "format_version": FORMAT_VERSION, **fields, "results": results}
 
 
+#: CSV column -> (extra group, key) of a costed row: the cost model's figures and CTCCI as flat
+#: columns. tokens/s is one request stream served back to back (no batching, no queueing): the
+#: column name says so until a serving replay gives the real throughput.
+CSV_COST_COLUMNS = (
+    ("ttft_p50_ms", ("cost", "ttft_p50_ms")), ("ttft_p95_ms", ("cost", "ttft_p95_ms")),
+    ("ttft_p99_ms", ("cost", "ttft_p99_ms")), ("ttft_mean_ms", ("cost", "ttft_mean_ms")),
+    ("tokens_per_s_one_stream", ("cost", "tokens_per_s")), ("prefill_tokens_per_s", ("cost", "prefill_tokens_per_s")),
+    ("ctcci", ("tenancy", "ctcci")), ("calibration", ("cost", "calibration")),
+    ("calibration_kind", ("cost", "calibration_kind")), ("model", ("cost", "model")), ("miss", ("cost", "miss")),
+)
+#: extra keys the CSV leaves out: logs and nested documents (`--events FILE` writes the events).
+CSV_LEFT_OUT = ("cost", "tenancy", "metrics", "events")
+
+
+def _scalar(value) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def flat_row(row: dict) -> dict:
+    """One result row as flat CSV columns: the row's own scalars, the cost model's figures
+    (`CSV_COST_COLUMNS`), then `extra`'s scalars (parameters, switches, windows) and its dicts of
+    scalars one level down as ``name.key``; lists and event logs are left out."""
+    out = {k: v for k, v in row.items() if k != "extra" and _scalar(v)}
+    extra = row.get("extra") if isinstance(row.get("extra"), dict) else {}
+    for column, (group, key) in CSV_COST_COLUMNS:
+        source = extra.get(group)
+        if isinstance(source, dict) and key in source and _scalar(source[key]):
+            out[column] = source[key]
+    for key, value in extra.items():
+        if key in CSV_LEFT_OUT:
+            continue
+        name = key if key not in out else f"extra.{key}"
+        if _scalar(value):
+            out[name] = value
+        elif isinstance(value, dict) and all(_scalar(v) for v in value.values()):
+            out.update({f"{name}.{k}": v for k, v in value.items()})
+    return out
+
+
 def rows_to_csv(rows: list[dict]) -> str:
-    """CSV text of result rows (the `extra` dict flattened to JSON)."""
+    """CSV text of result rows, one flat line each (`flat_row`); the header is the union of
+    the columns in first-seen order."""
+    flat = [flat_row(row) for row in rows]
     buffer = io.StringIO()
     fields: list[str] = []
-    for row in rows:
+    for row in flat:
         fields.extend(k for k in row if k not in fields)
     writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
-    for row in rows:
-        writer.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in row.items()})
+    for row in flat:
+        writer.writerow(row)
     return buffer.getvalue()
+
+
+def event_records(rows: list[dict]):
+    """Every logged event of the rows (`extra.events`: the adaptive policies' decisions,
+    rebalances, switches), each with its row's policy and capacity: what `--events FILE` writes
+    as JSON Lines."""
+    for row in rows:
+        extra = row.get("extra") if isinstance(row.get("extra"), dict) else {}
+        for event in extra.get("events") or ():
+            if isinstance(event, dict):
+                yield {"policy": row.get("policy"), "capacity": row.get("capacity"), **event}
+
+
+def row_p99_ms(row: dict):
+    """A row's P99 TTFT estimate in ms, wherever its writer put it: ``p99_ms`` on the row or
+    in ``extra`` (the demo's priced rows), or ``extra.cost.ttft_p99_ms`` (`policy simulate
+    --json`, any costed sweep); None without one."""
+    extra = row.get("extra") if isinstance(row.get("extra"), dict) else {}
+    cost = extra.get("cost") if isinstance(extra.get("cost"), dict) else {}
+    for value in (row.get("p99_ms"), extra.get("p99_ms"), cost.get("ttft_p99_ms")):
+        if _is_number(value):
+            return value
+    return None
+
+
+#: SITS decision-event fields -> the timeline's column names (as the demo's `decisions`).
+DECISION_COLUMNS = {"time": "time", "d_ms": "window P99 TTFT (ms)", "H": "access entropy H (bits)",
+                    "score": "migration score", "to": "behaviour"}
+
+
+def decision_windows(events) -> list[dict]:
+    """The SITS controller's decision events as timeline rows (`DECISION_COLUMNS`)."""
+    return [{DECISION_COLUMNS[k]: e[k] for k in DECISION_COLUMNS if k in e}
+            for e in events or () if isinstance(e, dict) and e.get("event") == "decision"]
+
+
+def decisions_from_rows(rows: list[dict]) -> tuple[list[dict], int | None]:
+    """(timeline, capacity) of a document without ``decisions``: the decision events of the
+    SITS row at the middle of its capacities (as the demo picks), ([], None) when no row has any."""
+    sits = sorted((r for r in rows if isinstance(r, dict) and r.get("policy") == "sits"
+                   and decision_windows((r.get("extra") or {}).get("events") if isinstance(r.get("extra"), dict)
+                                        else None)),
+                  key=lambda r: r.get("capacity") or 0)
+    if not sits:
+        return [], None
+    row = sits[len(sits) // 2]
+    capacity = row.get("capacity")
+    return decision_windows(row["extra"]["events"]), capacity if isinstance(capacity, int) else None
 
 
 def check_results(payload: Any, where: str) -> Any:
