@@ -125,27 +125,41 @@ def test_replacement_delay_changes_the_step_by_the_hand_computed_amount():
     assert step_c == pytest.approx(_hand_two_request_memory_s(FIT_A) + tc[2] + STEP_OVERHEAD_S, rel=1e-9)
 
 
-def test_sampled_delays_follow_the_histogram():
-    """Draws from a level's histogram: bins by their share, uniform inside (mean checked against
-    the histogram's own mean computed here with numpy); seeded: the same seed, the same sum."""
+TINY = ModelPreset(name="tiny", layers=4, kv_heads=2, head_dim=64, kv_elems_per_token_layer=256, dtype_bytes=2,
+                   params_active_b=0.001, params_total_b=0.001, q_heads=4, attn_dim=64, tensor_parallel=1,
+                   source="test")
+
+
+@pytest.mark.parametrize("preset,draws", [(TINY, 16), (PHI, 128)], ids=["drawn-one-by-one", "central-limit"])
+def test_sampled_delays_follow_the_histogram(preset, draws):
+    """Draws from a level's histogram: bins by their share, uniform inside. Per step the sum of
+    its k missed lines' delays has mean k mu and variance k sigma^2 (mu, sigma of the histogram,
+    computed here with numpy), whether drawn one by one (k <= MAX_DRAWS) or as the central
+    limit's normal (k > MAX_DRAWS). Seeded: the same seed, the same sums."""
     hist = {"edges": [100.0, 200.0, 400.0, 1000.0], "counts": [10, 60, 30]}
     delay = {"quantiles": {"p50": 300.0, "p90": 800.0}, "samples": 100, "histogram": hist}
-    m = StepCostModel.from_calibration(_cal(fit=FIT_A, delay=delay), "phi-3-mini", 16, 7)
-    rng = m.rng_state()
-    steps = 400
-    total = np.zeros(4)
-    for _ in range(steps):
-        m.step(**TWO, rng_state=rng, terms=total)
+    m = StepCostModel.from_calibration(_cal(fit=FIT_A, delay=delay), preset, 16, 7)
+    assert preset.layers * 4 == draws and (draws > latency.MAX_DRAWS) == (preset is PHI)
     edges, counts = np.array(hist["edges"]), np.array(hist["counts"], dtype=float)
-    mean_cycles = float(np.sum(counts / counts.sum() * (edges[:-1] + edges[1:]) / 2))
-    per_step = PHI.layers * 4
-    got = total[2] / (steps * per_step) * MHZ * 1e6
-    assert got == pytest.approx(mean_cycles, rel=0.03)  # 51200 draws: ~0.5% standard error
-    again = np.zeros(4)
-    rng2 = m.rng_state()
-    for _ in range(steps):
-        m.step(**TWO, rng_state=rng2, terms=again)
-    assert again[2] == total[2]
+    w = counts / counts.sum()
+    lo, hi = edges[:-1], edges[1:]
+    mu = float(np.sum(w * (lo + hi) / 2))
+    var = float(np.sum(w * ((lo + hi) / 2 - mu) ** 2 + w * (hi - lo) ** 2 / 12))
+    steps = 3000
+
+    def sums(seed):
+        rng = np.array([seed], dtype=np.uint64)
+        out = np.empty(steps)
+        for n in range(steps):
+            t = np.zeros(4)
+            m.step(**TWO, rng_state=rng, terms=t)
+            out[n] = t[2] * MHZ * 1e6  # cycles
+        return out
+
+    got = sums(11)
+    assert got.mean() == pytest.approx(draws * mu, rel=0.01)
+    assert got.var() == pytest.approx(draws * var, rel=0.1)
+    assert np.array_equal(sums(11), got) and not np.array_equal(sums(12), got)
 
 
 def test_quantile_knots_when_there_is_no_histogram():
@@ -204,9 +218,7 @@ def _monotone(model, base, key, values, rng_seed=0):
 
 
 def test_more_context_never_makes_a_step_faster():
-    tiny = ModelPreset(name="tiny", layers=4, kv_heads=2, head_dim=64, kv_elems_per_token_layer=256, dtype_bytes=2,
-                       params_active_b=0.001, params_total_b=0.001, q_heads=4, attn_dim=64, tensor_parallel=1,
-                       source="test")
+    tiny = TINY
     contexts = [0, 1, 10, 100, 1000, 10_000, 100_000, 1_000_000, 10_000_000]
     base = {"prefill_tokens": 64, "attn_token_pairs": 64 * 100.0, "kv_write_tokens": 64, "n_running": 4,
             "table_blocks": 40}

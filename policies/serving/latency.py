@@ -61,13 +61,18 @@ STEP_OVERHEAD_S = 1e-3
 #: One block-table entry (vLLM's block tables are int32 block ids) and one L2 line.
 TABLE_ENTRY_BYTES = 4
 L2_LINE_BYTES = 128
-#: At most this many delays are drawn per step; more missed lines scale the drawn sum.
-MAX_DRAWS = 256
+#: Up to this many missed lines a step draws each delay; beyond, the sum of k delays is drawn
+#: as a normal of mean k x mu and deviation sqrt(k) x sigma (central limit), floored at 0.
+MAX_DRAWS = 32
 BISECTION_STEPS = 80
 
 # scalar slots of params[0]
 (S_LIN, S_ATTN, S_WEIGHTS, S_KV_READ, S_KV_WRITE, S_PEAK, S_INFLIGHT, S_MODE, S_L0, S_A, S_UMAX, S_B, S_UCAP,
- S_OVERHEAD, S_LAYERS, S_REFETCH, N_SCALARS) = range(17)
+ S_OVERHEAD, S_LAYERS, S_REFETCH, S_USAT, S_LV_M, S_LV_B, N_SCALARS) = range(20)
+# columns of params[3], one row per replacement-delay level: then m residency ages, m resident
+# shares, b + 1 histogram edges, b cumulative shares, K quantile probabilities, K delays (seconds)
+C_FRAC, C_HAS, C_NPTS, C_HALF, C_NB, C_MU, C_SD, C_BASE = range(8)
+K_KNOTS = 6
 MODE_FLAT, MODE_FIT, MODE_POINTS = 0, 1, 2
 #: quantile knots used when a level has no histogram (inverse CDF through them; docs)
 QUANTILE_PROBS = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}
@@ -172,11 +177,15 @@ class StepCostModel:
                              f"load capped at the last measured fraction ({cu[-1]:.3f})")
                 curve_text = f"loaded latency: {len(pts)} P50 points"
 
+        # a step with at least the in-flight bytes has Q = that: its load is one number, solved once
+        sc[S_USAT] = solve_load(sc, cu, cl, sc[S_INFLIGHT])[0]
         levels, arrays, refetch_note = _levels(cal, mhz)
         sc[S_REFETCH] = 1.0 if levels else 0.0
         if refetch_note:
             notes.append(refetch_note)
-        params = (sc, cu, cl, *arrays)
+        lv, sc[S_LV_M], sc[S_LV_B] = _pack(arrays)
+        # one 1-D and three small 2-D/1-D float arrays: few references for numba to count per call
+        params = (sc, cu, cl, lv)
         kind = g.calibration_kind
         description = (f"step model: {g.calibration} ({kind}), {p.name} tp={p.tensor_parallel}; {curve_text}; "
                        + (f"refetch priced from {len(levels)} replacement-delay level(s)" if levels
@@ -192,7 +201,7 @@ def _levels(cal: dict, mhz: float):
     rd = cal.get("replacement_delay")
     empty = (np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros((1, 1)), np.zeros((1, 1)),
              np.zeros(1, dtype=np.int64), np.full(1, np.nan), np.zeros((1, 2)), np.zeros((1, 1)),
-             np.zeros(1, dtype=np.int64), np.zeros((1, 1)), np.zeros((1, 1)))
+             np.zeros(1, dtype=np.int64), np.zeros((1, 1)), np.zeros((1, 1)), np.zeros(1), np.zeros(1))
     if not rd or not rd.get("levels"):
         return [], empty, ("no replacement_delay section in the calibration: the refetch term is 0 "
                            "(calibrate from a run with the loaded-latency probe to price it)")
@@ -216,6 +225,8 @@ def _levels(cal: dict, mhz: float):
     nb = np.zeros(n, dtype=np.int64)
     qp = np.zeros((n, len(QUANTILE_PROBS) + 1))
     qv = np.zeros((n, len(QUANTILE_PROBS) + 1))
+    mu = np.zeros(n)
+    sd = np.zeros(n)
     for i, lv in enumerate(lvls):
         for j, pt in enumerate(curves[i]):
             ages[i, j] = pt["age_ns"] * 1e-9
@@ -237,7 +248,40 @@ def _levels(cal: dict, mhz: float):
         qp[i, : len(probs)] = probs
         qv[i, : len(vals)] = np.asarray(vals) * to_s
         qp[i, len(probs):] = 2.0  # unused slots (beyond probability 1)
-    return lvls, (frac, has, ages, res, npts, half, edges, cum, nb, qp, qv), ""
+        assert qp.shape[1] == K_KNOTS
+        mu[i], sd[i] = delay_moments(edges[i], cum[i], int(nb[i]), qp[i], qv[i])
+    return lvls, (frac, has, ages, res, npts, half, edges, cum, nb, qp, qv, mu, sd), ""
+
+
+def _pack(arrays) -> tuple[np.ndarray, int, int]:
+    """The level arrays as one float64 table (columns C_* then the padded blocks), with m and b."""
+    frac, has, ages, res, npts, half, edges, cum, nb, qp, qv, mu, sd = arrays
+    n, m = ages.shape
+    b = cum.shape[1]
+    lv = np.zeros((n, C_BASE + 2 * m + 2 * b + 1 + 2 * K_KNOTS))
+    lv[:, C_FRAC], lv[:, C_HAS], lv[:, C_NPTS], lv[:, C_HALF] = frac, has, npts, half
+    lv[:, C_NB], lv[:, C_MU], lv[:, C_SD] = nb, mu, sd
+    o = C_BASE
+    for block in (ages, res, edges, cum, qp, qv):
+        lv[:, o: o + block.shape[1]] = block
+        o += block.shape[1]
+    return lv, float(m), float(b)
+
+
+def delay_moments(edges, cum, nb: int, qp, qv) -> tuple[float, float]:
+    """Mean and deviation of the distribution `draw_delay` samples: the histogram's (uniform
+    inside each bin), else the quantile knots' inverse CDF integrated over 100000 probabilities."""
+    if nb > 0:
+        w = np.diff(np.concatenate([[0.0], cum[:nb]]))
+        lo, hi = edges[:nb], edges[1: nb + 1]
+        mean = float(np.sum(w * (lo + hi) / 2))
+        second = float(np.sum(w * (lo * lo + lo * hi + hi * hi) / 3))
+    else:
+        r = (np.arange(100_000) + 0.5) / 100_000
+        used = qp <= 1.0
+        v = np.maximum(np.interp(r, qp[used], qv[used]), 0.0)
+        mean, second = float(v.mean()), float((v * v).mean())
+    return mean, math.sqrt(max(second - mean * mean, 0.0))
 
 
 def knots(q: dict) -> tuple[list[float], list[float]]:
@@ -298,6 +342,8 @@ def solve_load(sc, cu, cl, step_bytes):
     cap = sc[S_UCAP]
     if step_bytes <= 0.0:
         return 0.0, loaded_latency(sc, cu, cl, 0.0)
+    if step_bytes >= sc[S_INFLIGHT] and sc[S_USAT] > 0.0:
+        return sc[S_USAT], loaded_latency(sc, cu, cl, sc[S_USAT])
     q = min(step_bytes, sc[S_INFLIGHT])
     peak = sc[S_PEAK]
     lat = loaded_latency(sc, cu, cl, cap)
@@ -318,74 +364,82 @@ def solve_load(sc, cu, cl, step_bytes):
 
 
 @njit(cache=True)
-def resident_share(ages, res, npts, half, i, age):
+def resident_share(lv, m, i, age):
     """Share of L2 lines still resident `age` seconds after their touch at level i: the residency
     curve (linear from 1 at age 0 to its first point, log-age interpolation between points, flat
     beyond), else the half-life 2^(-age / time), else 0 (every line evicted)."""
-    n = npts[i]
+    n = int(lv[i, C_NPTS])
+    a = C_BASE          # ages
+    r = C_BASE + m      # resident shares
     if n > 0:
-        if age <= ages[i, 0]:
-            if ages[i, 0] <= 0.0:
-                return res[i, 0]
-            return 1.0 + (res[i, 0] - 1.0) * age / ages[i, 0]
+        if age <= lv[i, a]:
+            if lv[i, a] <= 0.0:
+                return lv[i, r]
+            return 1.0 + (lv[i, r] - 1.0) * age / lv[i, a]
         for j in range(1, n):
-            if age <= ages[i, j]:
-                a0 = np.log(max(ages[i, j - 1], 1e-12))
-                a1 = np.log(max(ages[i, j], 1e-12))
+            if age <= lv[i, a + j]:
+                a0 = np.log(max(lv[i, a + j - 1], 1e-12))
+                a1 = np.log(max(lv[i, a + j], 1e-12))
                 w = 1.0 if a1 <= a0 else (np.log(age) - a0) / (a1 - a0)
-                return res[i, j - 1] + w * (res[i, j] - res[i, j - 1])
-        return res[i, n - 1]
-    if half[i] == half[i] and half[i] > 0.0:
-        return 2.0 ** (-age / half[i])
+                return lv[i, r + j - 1] + w * (lv[i, r + j] - lv[i, r + j - 1])
+        return lv[i, r + n - 1]
+    half = lv[i, C_HALF]
+    if half == half and half > 0.0:
+        return 2.0 ** (-age / half)
     return 0.0
 
 
 @njit(cache=True)
-def draw_delay(edges, cum, nb, qp, qv, i, rng_state):
+def draw_delay(lv, m, b, i, rng_state):
     """One replacement delay (seconds, >= 0) of level i: from its histogram (a bin by its share,
     uniform inside), else by inverse CDF through its quantile knots."""
+    e = C_BASE + 2 * m           # edges
+    c = e + b + 1                # cumulative shares
+    qp = c + b                   # knot probabilities
+    qv = qp + K_KNOTS            # knot delays
     r = uniform(rng_state)
-    k = nb[i]
+    k = int(lv[i, C_NB])
     if k > 0:
-        b = 0
-        while b < k - 1 and cum[i, b] <= r:
-            b += 1
-        lo = cum[i, b - 1] if b > 0 else 0.0
-        w = (r - lo) / (cum[i, b] - lo) if cum[i, b] > lo else 0.5
-        v = edges[i, b] + w * (edges[i, b + 1] - edges[i, b])
+        lo_b = 0  # the first bin whose cumulative share exceeds r (binary search)
+        top = k - 1
+        while lo_b < top:
+            mid = (lo_b + top) // 2
+            if lv[i, c + mid] <= r:
+                lo_b = mid + 1
+            else:
+                top = mid
+        lo = lv[i, c + lo_b - 1] if lo_b > 0 else 0.0
+        w = (r - lo) / (lv[i, c + lo_b] - lo) if lv[i, c + lo_b] > lo else 0.5
+        v = lv[i, e + lo_b] + w * (lv[i, e + lo_b + 1] - lv[i, e + lo_b])
     else:
-        m = qp.shape[1]
-        if r <= qp[i, 0]:
-            v = qv[i, 0]
-        else:
-            v = qv[i, 0]
-            for j in range(1, m):
-                if qp[i, j] > 1.0:
+        v = lv[i, qv]
+        if r > lv[i, qp]:
+            for j in range(1, K_KNOTS):
+                if lv[i, qp + j] > 1.0:
                     break
-                if r <= qp[i, j]:
-                    v = qv[i, j - 1] + (r - qp[i, j - 1]) / (qp[i, j] - qp[i, j - 1]) * (qv[i, j] - qv[i, j - 1])
+                if r <= lv[i, qp + j]:
+                    v = lv[i, qv + j - 1] + ((r - lv[i, qp + j - 1]) / (lv[i, qp + j] - lv[i, qp + j - 1])
+                                             * (lv[i, qv + j] - lv[i, qv + j - 1]))
                     break
-                v = qv[i, j]
+                v = lv[i, qv + j]
     return max(v, 0.0)
 
 
 @njit(cache=True)
-def refetch_seconds(params, u, base_s, n_running, table_blocks, rng_state):
+def refetch_seconds(sc, lv, u, base_s, n_running, table_blocks, rng_state):
     """The step's block-table re-fetch stall (module docstring)."""
-    sc = params[0]
     if sc[S_REFETCH] == 0.0 or n_running <= 0.0 or table_blocks <= 0.0:
         return 0.0
-    frac, has, ages, res, npts, half, edges, cum, nb, qp, qv = (params[3], params[4], params[5], params[6],
-                                                                params[7], params[8], params[9], params[10],
-                                                                params[11], params[12], params[13])
+    m = int(sc[S_LV_M])
+    b = int(sc[S_LV_B])
     best = 0
-    for i in range(1, frac.shape[0]):
-        if abs(frac[i] - u) < abs(frac[best] - u):
+    for i in range(1, lv.shape[0]):
+        if abs(lv[i, C_FRAC] - u) < abs(lv[best, C_FRAC] - u):
             best = i
-    if has[best] == 0:
+    if lv[best, C_HAS] == 0.0:
         return 0.0
     layers = sc[S_LAYERS]
-    evicted = 1.0 - resident_share(ages, res, npts, half, best, base_s / layers)
+    evicted = 1.0 - resident_share(lv, m, best, base_s / layers)
     if evicted <= 0.0:
         return 0.0
     lines = np.ceil(table_blocks / n_running * TABLE_ENTRY_BYTES / L2_LINE_BYTES)
@@ -393,12 +447,13 @@ def refetch_seconds(params, u, base_s, n_running, table_blocks, rng_state):
     k = int(np.floor(expected))
     if uniform(rng_state) < expected - k:
         k += 1
-    draws = min(k, MAX_DRAWS)
+    if k > MAX_DRAWS:  # the sum of k delays by the central limit: exact mean and variance
+        u1 = max(uniform(rng_state), 1e-300)
+        z = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * uniform(rng_state))
+        return max(k * lv[best, C_MU] + np.sqrt(k) * lv[best, C_SD] * z, 0.0)
     total = 0.0
-    for _ in range(draws):
-        total += draw_delay(edges, cum, nb, qp, qv, best, rng_state)
-    if draws < k:
-        total *= k / draws
+    for _ in range(k):
+        total += draw_delay(lv, m, b, best, rng_state)
     return total
 
 
@@ -413,7 +468,7 @@ def step_seconds(params, prefill_tokens, attn_token_pairs, context_tokens, kv_wr
     u, _lat = solve_load(sc, params[1], params[2], step_bytes)
     memory = step_bytes / (u * sc[S_PEAK]) if step_bytes > 0.0 else 0.0
     base = max(compute, memory)
-    refetch = refetch_seconds(params, u, base, float(n_running), float(table_blocks), rng_state)
+    refetch = refetch_seconds(sc, params[3], u, base, float(n_running), float(table_blocks), rng_state)
     overhead = sc[S_OVERHEAD]
     terms[0] += compute
     terms[1] += memory
