@@ -89,7 +89,10 @@ def verdicts(claim: Claim, rows: list[dict]) -> list[dict]:
             else:
                 holds = bool(a > b if check.higher else a < b)
                 sign = (">" if a > b else "<" if a < b else "=")
-                parts.append(f"{name} {check.better} {fmt.format(a)} {sign} {check.worse} {fmt.format(b)}"
+                shown_a, shown_b = fmt.format(a), fmt.format(b)
+                if shown_a == shown_b and a != b:  # apart only past the usual digits: show them
+                    shown_a, shown_b = f"{a:.6g}", f"{b:.6g}"
+                parts.append(f"{name} {check.better} {shown_a} {sign} {check.worse} {shown_b}"
                              + ("" if holds else " (claimed " + ("higher" if check.higher else "lower") + ")"))
             checks.append({"metric": check.metric, "better": check.better, "worse": check.worse,
                            "measured": {check.better: a, check.worse: b}, "holds": holds})
