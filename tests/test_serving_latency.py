@@ -249,6 +249,27 @@ def test_published_reference_has_no_refetch_and_says_so():
     assert terms[1] == pytest.approx(nbytes / (bw["hbm_read_gbs"] * 1e9), rel=1e-12)
 
 
+def test_a_calibrated_run_prices_the_load_and_the_refetch(tmp_path):
+    """End to end: `calibrate` on a generated run (reports/synthetic.py: a model of a GPU, not a
+    measurement) writes the curve's fit and peak and the replacement section, and the step model
+    reads all three: the load saturates below the fit's u_max, table lines are re-fetched."""
+    from sitsprof.reports.fromrun import calibrate
+    from sitsprof.reports.synthetic import make_synthetic_run
+
+    run = make_synthetic_run(tmp_path, "cal", seed=2, samples=20_000)
+    path, cal = calibrate(run.path, tmp_path / "cal.json")
+    m = StepCostModel.from_calibration(str(path), "qwen2-72b", 16, 0)
+    assert m.refetch and not m.notes, m.notes
+    fit = cal["loaded_latency"][0]["fit_p50"]
+    u, lat = m.load(1e10)
+    assert 0.5 < u < min(fit["u_max"], 1.0)
+    assert lat > fit["l0"] * 1e-6 / cal["clocks"]["sm_mhz"]  # loaded: slower than unloaded
+    terms = np.zeros(4)
+    m.step(0, 0.0, 64 * 2000, 64, 64, 64 * 125, terms=terms)
+    assert terms[2] > 0.0 and terms[1] > terms[2]
+    assert "synthetic" in m.description and "refetch priced" in m.description
+
+
 def test_bad_model_inputs_are_one_line_errors():
     from sitsprof.policies.errors import PolicyEngineError
 
