@@ -54,15 +54,21 @@ def demo_workload(seed: int, duration_s: float, policies: Sequence[str]) -> Demo
                         list(policies), started)
 
 
-def replay(workload: DemoWorkload, progress=None) -> list:
-    """Every policy at every capacity, priced (`sweep.run_policies`), after one untimed warm-up.
+def warm_up(workload: DemoWorkload, progress=None) -> None:
+    """One untimed replay of every policy over the whole trace at the smallest capacity.
 
-    The warm-up replays the whole trace at the smallest capacity, so every policy's numba
-    kernels are compiled (or loaded from the cache) before the timed replay; else the first
-    row's time is mostly the JIT compile (seconds on a fresh install) rather than the replay
-    (milliseconds). The whole trace, not a prefix: which kernels run depends on the
-    controller's decisions."""
-    run_policies(workload.trace, workload.policies, workload.capacities[:1], params=DEMO_PARAMS)
+    So every policy's numba kernels are compiled (or loaded from the cache) before the timed
+    replay; else the first row's time is mostly the JIT compile (seconds on a fresh install)
+    rather than the replay (milliseconds). The whole trace, not a prefix: which kernels run
+    depends on the controller's decisions. `progress(done, total, label)` after each policy."""
+    run_policies(workload.trace, workload.policies, workload.capacities[:1], progress=progress, params=DEMO_PARAMS)
+
+
+def replay(workload: DemoWorkload, progress=None, warm: bool = False) -> list:
+    """Every policy at every capacity, priced (`sweep.run_policies`), after `warm_up` unless
+    `warm` (the caller has warmed up, under its own progress display)."""
+    if not warm:
+        warm_up(workload)
     return run_policies(workload.trace, workload.policies, workload.capacities, progress=progress, params=DEMO_PARAMS)
 
 

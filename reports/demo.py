@@ -9,7 +9,10 @@ replayed the three-stack workload through every policy. It
 2. asks `policy_results(calibration)` for the policy-results document priced on those
    figures (the policy half, `sitsprof.policies.demo.policy_results`, which `cli/demo.py`
    passes in: reports do not run policies);
-3. writes `calibration.json`, `policy-results.json` and `report.html` into `out_dir`.
+3. writes `calibration.json`, `policy-results.json` and `report.html` into `out_dir`;
+4. with no measured run bundled, shows the GPU half of a report anyway, from a generated run
+   (`reports.synthetic`, written to `out_dir/synthetic-run`): every one of its sections and
+   figures is labelled SYNTHETIC, and nothing of it prices the policies.
 """
 from __future__ import annotations
 
@@ -21,6 +24,11 @@ from typing import Any
 from .html import Report, Section, Table, write_html
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SYNTHETIC_RUN = "synthetic-run"
+SYNTHETIC_LABEL = "SYNTHETIC"
+SYNTHETIC_BANNER = ("The GPU sections (\"SYNTHETIC run\") are SYNTHETIC: generated from a model by sitsprof so a "
+                    "CPU-only machine can see what a run report shows; not a measurement, and not used to price "
+                    "the policies. `sitsprof run` on a GPU gives the real one.")
 
 
 def find_example_run(root: Path = EXAMPLES) -> Path | None:
@@ -88,11 +96,52 @@ def calibration_section(cal: dict) -> Section:
     return Section("Calibration used", intro=intro, tables=tables)
 
 
+def synthetic_run(out: Path):
+    """A generated run directory at `out/synthetic-run` (a previous demo's is replaced; a folder
+    there that is not a synthetic run is left alone: None)."""
+    import shutil
+
+    from .synthetic import make_synthetic_run
+
+    path = out / SYNTHETIC_RUN
+    if path.exists():
+        try:
+            meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not (isinstance(meta, dict) and meta.get("synthetic")):
+            return None
+        shutil.rmtree(path)
+    return make_synthetic_run(out, SYNTHETIC_RUN, samples=100_000).path
+
+
+def synthetic_sections(analysis) -> list[Section]:
+    """The run report's sections for a synthetic run, SYNTHETIC in every section and figure title
+    (the heading and the plot's own title, which an exported image keeps)."""
+    from .run_report import run_sections
+
+    sections = run_sections(analysis, prefix=f"{SYNTHETIC_LABEL} run")
+    for section in sections:
+        section.intro = (f"{SYNTHETIC_LABEL}: generated from a model, not measured. " + section.intro).strip()
+        for fig in section.figures:
+            if SYNTHETIC_LABEL not in fig.title:
+                fig.title = f"{SYNTHETIC_LABEL}: {fig.title}"
+            title = fig.layout.get("title")
+            text = title.get("text", "") if isinstance(title, dict) else (title or "")
+            if not text:
+                text = fig.title
+            elif SYNTHETIC_LABEL not in text:
+                text = f"{SYNTHETIC_LABEL}: {text}"
+            fig.layout["title"] = {"text": text, "font": {"size": 12}}
+    return sections
+
+
 def demo_report(out_dir, policy_results: Callable[[dict], dict], document: dict | None = None,
-                run_dir: Path | None = None) -> Path:
+                run_dir: Path | None = None, gpu_half: bool = True) -> Path:
     """Write calibration.json, policy-results.json and report.html into `out_dir`; returns the report.
 
     `policy_results(calibration)` returns the policy-results document priced on `calibration`.
+    `gpu_half`: with no measured run bundled, add a SYNTHETIC run's sections (`synthetic_sections`).
     """
     from sitsprof.collectors.rundir import tool_version
     from sitsprof.common import jsonout
@@ -119,9 +168,17 @@ def demo_report(out_dir, policy_results: Callable[[dict], dict], document: dict 
                         "block's KV from HBM, a miss recomputes its prefill, with the GPU figures of the calibration.")
     sections.append(policy)
     sections.append(calibration_section(cal))
+    banners = [banner]
     if analysis is not None:
         sections.extend(run_sections(analysis, prefix=f"Bundled run {analysis.name}"))
+    elif gpu_half:
+        from .analysis import analyze_run
+
+        path = synthetic_run(out)
+        if path is not None:
+            sections.extend(synthetic_sections(analyze_run(path)))
+            banners.append(SYNTHETIC_BANNER)
     report = Report(title="sitsprof demo: KV-cache policies on a three-stack workload",
-                    subtitle=f"calibration: {cal['name']}", sections=sections, banners=[banner],
+                    subtitle=f"calibration: {cal['name']}", sections=sections, banners=banners,
                     tool_version=tool_version())
     return write_html(report, out / "report.html")
