@@ -201,7 +201,8 @@ def _levels(cal: dict, mhz: float):
     rd = cal.get("replacement_delay")
     empty = (np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros((1, 1)), np.zeros((1, 1)),
              np.zeros(1, dtype=np.int64), np.full(1, np.nan), np.zeros((1, 2)), np.zeros((1, 1)),
-             np.zeros(1, dtype=np.int64), np.zeros((1, 1)), np.zeros((1, 1)), np.zeros(1), np.zeros(1))
+             np.zeros(1, dtype=np.int64), np.full((1, K_KNOTS), 2.0), np.zeros((1, K_KNOTS)), np.zeros(1),
+             np.zeros(1))
     if not rd or not rd.get("levels"):
         return [], empty, ("no replacement_delay section in the calibration: the refetch term is 0 "
                            "(calibrate from a run with the loaded-latency probe to price it)")
