@@ -48,7 +48,7 @@ from numba import njit
 
 from sitsprof.calibration import load_calibration, validate_calibration
 
-from ..errors import ServingReplayError
+from ..errors import CostModelError
 
 #: Bytes a Hopper SM keeps in flight from HBM in a TMA-pipelined kernel (GEMM main loops and
 #: FlashAttention-3 keep 2-4 stages of 16-48 KiB tiles in its 228 KiB of shared memory): an
@@ -119,9 +119,9 @@ class StepCostModel:
             cal = load_calibration(calibration)
         p = model_preset if isinstance(model_preset, ModelPreset) else get_model(model_preset or DEFAULT_MODEL)
         if int(block_tokens) < 1:
-            raise ServingReplayError(f"block_tokens {block_tokens}: must be at least 1 (16 is vLLM's default)")
+            raise CostModelError(f"block_tokens {block_tokens}: must be at least 1 (16 is vLLM's default)")
         if not (isinstance(overhead_s, (int, float)) and math.isfinite(overhead_s) and overhead_s >= 0):
-            raise ServingReplayError(f"step overhead {overhead_s!r} s: must be a non-negative number of seconds")
+            raise CostModelError(f"step overhead {overhead_s!r} s: must be a non-negative number of seconds")
         g = GpuFigures.from_calibration(cal)
         tp = float(p.tensor_parallel)
         mhz = float(cal["clocks"]["sm_mhz"])
