@@ -339,7 +339,7 @@ def _delay_quantiles(value: Any, field: str, hit: float) -> None:
 def _replacement_delay(value: Any) -> None:
     """``replacement_delay`` (optional; docs/replacement-delay.md): ``unit``, and ``levels``, each
     with a distinct ``level``, ``bandwidth_fraction`` (0..1.5), ``hit_cycles`` (a latency),
-    ``residency`` (``time_ns`` in (0, 1e9] or null, ``bound`` one of ``RESIDENCY_BOUNDS``,
+    ``residency`` (``time_ns`` in [0, 1e9] or null, ``bound`` one of ``RESIDENCY_BOUNDS``,
     ``curve`` of ``resident_fraction`` in 0..1 at non-decreasing ``age_ns``) and ``delay`` (null
     when no re-touch missed, else ``quantiles`` p50..p999 (a low one may be negative, a miss
     faster than the median hit, but never below minus that hit), ``samples`` and ``histogram``)."""
@@ -366,7 +366,7 @@ def _replacement_delay(value: Any) -> None:
         hit = _number(_need(lv, "hit_cycles", f), f"{f}.hit_cycles", strict=True, kind="latency")
         residency = _obj(_need(lv, "residency", f), f"{f}.residency")
         if residency.get("time_ns") is not None:
-            t = _number(residency["time_ns"], f"{f}.residency.time_ns", strict=True)
+            t = _number(residency["time_ns"], f"{f}.residency.time_ns")
             if t > RESIDENCY_NS_MAX:
                 _fail(f"{f}.residency.time_ns", f"{t:g} ns is not a plausible L2 residency (0 to "
                                                 f"{RESIDENCY_NS_MAX:g} ns: the L2 turns over in milliseconds)")

@@ -205,7 +205,7 @@ BAD_REPLACEMENT = [
     (f"{RD}.delay.quantiles.p99", float("inf"), "replacement_delay.levels[1].delay.quantiles.p99"),
     (f"{RD}.delay.histogram.counts", [1, -2], "replacement_delay.levels[1].delay.histogram.counts[1]"),
     (f"{RD}.delay.histogram.edges", [300.0, 200.0, 450.0], "replacement_delay.levels[1].delay.histogram.edges[1]"),
-    (f"{RD}.residency.time_ns", 0.0, "replacement_delay.levels[1].residency.time_ns"),
+    (f"{RD}.residency.time_ns", -1.0, "replacement_delay.levels[1].residency.time_ns"),
     (f"{RD}.residency.time_ns", 5e9, "replacement_delay.levels[1].residency.time_ns"),
     (f"{RD}.residency.bound", "~", "replacement_delay.levels[1].residency.bound"),
     (f"{RD}.residency.curve.1.age_ns", 5000.0, "replacement_delay.levels[1].residency.curve[1].age_ns"),
