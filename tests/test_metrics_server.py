@@ -174,14 +174,14 @@ def test_serve_metrics_warns_beyond_loopback(cli, small_trace, monkeypatch):
     """12.8: `policy serve-metrics` prints the warning on stderr when the address is not
     loopback (simulated here, so the test itself binds loopback only)."""
     monkeypatch.setattr(httpserve, "is_loopback", lambda addr: False)
-    code, out, err = cli("policy", "serve-metrics", small_trace, "-p", "lru", "--port", "0", "--duration", "0")
+    code, out, err = cli("policy", "serve-metrics", small_trace, "-p", "lru", "--port", "0", "--duration", "0.01")
     assert code == 0, err
     lines = [line for line in err.splitlines() if "warning" in line]
     assert len(lines) == 1 and "--bind 127.0.0.1" in lines[0], err
 
 
 def test_serve_metrics_quiet_on_loopback(cli, small_trace):
-    code, out, err = cli("policy", "serve-metrics", small_trace, "-p", "lru", "--port", "0", "--duration", "0")
+    code, out, err = cli("policy", "serve-metrics", small_trace, "-p", "lru", "--port", "0", "--duration", "0.01")
     assert code == 0, err
     assert "warning" not in err and "http://127.0.0.1:" in err
 
@@ -204,7 +204,7 @@ def test_serve_metrics_on_ipv6_loopback(cli, small_trace):
         srv.shutdown()
         srv.server_close()
     code, out, err = cli("policy", "serve-metrics", small_trace, "-p", "lru", "--bind", "::1", "--port", "0",
-                         "--duration", "0")
+                         "--duration", "0.01")
     assert code == 0 and "http://[::1]:" in err, err
 
 
