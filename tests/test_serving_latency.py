@@ -332,3 +332,57 @@ def test_replay_p99_ttft_moves_with_the_curve_and_the_delay(small_trace):
     d, _ = _p99_ttft(scheduler, small_trace, _cal(fit=FIT_A, delay=_constant_delay(3500.0)))
     assert c != d and d > c
     assert sc["term_share"]["refetch"] > 0.0
+
+
+def test_mutated_sections_are_refused_in_one_line_or_priced_finitely():
+    """Seeded mutations of the curve and the replacement section (wrong types, signs, huge and
+    tiny numbers, nulls, deleted keys): the schema refuses each with a CalibrationError naming a
+    field, or the step model prices a finite, positive step from it. Never another exception."""
+    import random
+
+    from sitsprof.calibration import CalibrationError
+
+    base = _cal(fit=FIT_A, delay={"quantiles": {"p50": 300.0, "p90": 400.0, "p999": 900.0}, "samples": 10,
+                                  "histogram": {"edges": [0.0, 300.0, 1000.0], "counts": [3, 7]}})
+    base["replacement_delay"]["levels"].append(copy.deepcopy(base["replacement_delay"]["levels"][0]))
+    base["replacement_delay"]["levels"][1].update(level=2, bandwidth_fraction=0.3)
+    rng = random.Random(4)
+    values = [None, True, "x", [], {}, -1, 0, 0.0, 1e-300, 1e300, float("nan"), 2, 0.5, 1.5, 1e6, -1e-9, [1.0]]
+
+    def leaves(obj, path=()):
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                yield path + (k,)
+                yield from leaves(v, path + (k,))
+        elif isinstance(obj, list):
+            for i, v in enumerate(obj):
+                yield path + (i,)
+                yield from leaves(v, path + (i,))
+
+    paths = [p for p in leaves(base) if p[0] in ("loaded_latency", "replacement_delay")]
+    refused = priced = 0
+    for _ in range(400):
+        cal = copy.deepcopy(base)
+        for _ in range(rng.randint(1, 3)):
+            path = rng.choice(paths)
+            holder = cal
+            try:
+                for k in path[:-1]:
+                    holder = holder[k]
+                if rng.random() < 0.15 and isinstance(holder, dict):
+                    holder.pop(path[-1], None)
+                else:
+                    holder[path[-1]] = rng.choice(values)
+            except (KeyError, IndexError, TypeError):
+                continue
+        try:
+            validate_calibration(cal)
+        except CalibrationError as exc:
+            assert "\n" not in str(exc) and exc.exit_code == 2
+            refused += 1
+            continue
+        m = StepCostModel.from_calibration(cal, "phi-3-mini", 16, 0)
+        t = m.step(**TWO)
+        assert math.isfinite(t) and t > 0, (t, m.description)
+        priced += 1
+    assert refused > 50 and priced > 20
