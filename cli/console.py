@@ -21,11 +21,29 @@ CALIBRATION_LABELS = {"measured": "measured", "published": "published figures, n
                       "synthetic": "SYNTHETIC: from a generated run, not a measurement"}
 
 
-def load_trace(path: str, fmt: str | None, skip_bad_lines: bool):
-    """Read the trace and say on stderr what bad lines were skipped."""
-    from sitsprof.policies.traces.detect import detect_format, read_trace
+#: ctx.meta key of the trace-reading options (--block-tokens, --time-unit, --sort-by-time) the
+#: policy commands take; load_trace passes them to read_trace.
+TRACE_READ_KEY = "sitsprof.trace_read"
 
-    trace = read_trace(path, format=fmt, skip_bad_lines=skip_bad_lines)
+
+def load_trace(path: str, fmt: str | None, skip_bad_lines: bool):
+    """Read the trace (with the command's trace-reading options) and say on stderr what bad
+    lines were skipped and what the reader warned of (time unit guessed, out of order)."""
+    import warnings
+
+    from sitsprof.policies.traces.detect import detect_format, read_trace
+    from sitsprof.policies.traces.timing import TraceWarning
+
+    ctx = click.get_current_context(silent=True)
+    options = dict(ctx.meta.get(TRACE_READ_KEY, {})) if ctx is not None else {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TraceWarning)
+        trace = read_trace(path, format=fmt, skip_bad_lines=skip_bad_lines, **options)
+    for warning in caught:
+        if issubclass(warning.category, TraceWarning):
+            click.echo(f"sitsprof: warning: {warning.message}", err=True)
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     if trace.skipped_lines:
         first = trace.skipped_examples[0] if trace.skipped_examples else ""
         click.echo(f"sitsprof: warning: skipped {trace.skipped_lines} bad line(s); first: {first}", err=True)

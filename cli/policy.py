@@ -9,15 +9,44 @@ from __future__ import annotations
 
 import click
 
-from .console import cost_table, cost_title, emit_json, load_trace, results_table, run_with_progress, stdout_console
+from .console import (
+    TRACE_READ_KEY,
+    cost_table,
+    cost_title,
+    emit_json,
+    load_trace,
+    results_table,
+    run_with_progress,
+    stdout_console,
+)
 from .options import DURATION
 from .sits import claims_cmd, serve_metrics
 
-FORMAT_CHOICES = ["mooncake", "oracle", "csv", "requests"]
+FORMAT_CHOICES = ["mooncake", "bailian", "oracle", "csv", "requests"]
 DEFAULT_CAPACITIES = "1%,10%,50%"
 
 
 def _trace_options(func):
+    # How to read the trace beyond its format: kept in ctx.meta for console.load_trace (TRACE_READ_KEY).
+    def keep(ctx, param, value):
+        ctx.meta.setdefault(TRACE_READ_KEY, {})[param.name] = value
+        return value
+
+    func = click.option(
+        "--block-tokens", type=click.IntRange(min=1), default=None, expose_value=False, callback=keep,
+        help="Tokens per block of the trace (default: the format's, 16 for Bailian, 512 otherwise); "
+             "weights the token hit ratio and the cost model.",
+    )(func)
+    func = click.option(
+        "--time-unit", type=click.Choice(["s", "ms", "us", "ns"]), default=None, expose_value=False, callback=keep,
+        help="Unit of the trace's timestamps (default: the format's: Mooncake ms, Bailian s; "
+             "CSV guessed, with a warning).",
+    )(func)
+    func = click.option(
+        "--sort-by-time", is_flag=True, expose_value=False, callback=keep,
+        help="Replay requests in arrival order (stable) when the trace's timestamps are out of order "
+             "(default: file order, with a warning giving the count).",
+    )(func)
     func = click.option(
         "--skip-bad-lines", is_flag=True,
         help="Drop malformed lines (reported on stderr and in --json) instead of stopping at the first.",
@@ -68,9 +97,16 @@ def _trace_options(func):
 @click.option("--events", "events_path", default=None, type=click.Path(dir_okay=False, writable=True),
               help="Write the adaptive policies' event logs (SITS decisions, shard rebalances) to this file, "
                    "one JSON object a line with its policy and capacity.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Worker processes for the sweep's runs (default: every core, at most one per run, when "
+                   "runs x references reach 20 million, else 1); the same results as one process.")
+@click.option("--cluster", "cluster", default=None, metavar="ADDRESS",
+              help="Run the sweep on a Dask distributed scheduler, e.g. tcp://10.0.0.5:8786 "
+                   "(pip install 'sitsprof[cluster]'; docs/scale.md); the same results as one process.")
 def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as_json, as_csv,
                  calibration=None, model_name=None, miss_mode="recompute", shard_key=None, ttl=None, window=None,
-                 threshold=False, threshold_windows=None, param_items=(), embedder=None, events_path=None) -> None:
+                 threshold=False, threshold_windows=None, param_items=(), embedder=None, events_path=None,
+                 jobs=None, cluster=None) -> None:
     """Replay TRACE (Mooncake JSONL, oracleGeneral, CSV or request JSONL) through each policy at each capacity."""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are alternatives; pick one")
@@ -91,7 +127,8 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
     capacities = parse_capacities(capacity_text, trace.n_blocks)
     results = run_with_progress(trace, policies, capacities, not (as_json or as_csv), simulate=run_policies,
-                                calibration=calibration, model=model_name, miss=miss_mode, params=params)
+                                calibration=calibration, model=model_name, miss=miss_mode, params=params,
+                                jobs=jobs, cluster=cluster)
     summary = trace_summary(trace, trace_path, fmt)
     rows = result_rows(results, trace)
     if events_path is not None:

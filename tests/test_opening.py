@@ -82,10 +82,11 @@ def test_damaged_compressed_file_is_one_error(tmp_path, plain_traces):
         read_trace(fake)
 
 
-def test_zstd_is_named_not_misread(tmp_path):
+def test_lz4_is_named_not_misread(tmp_path):
+    """zstd is read since issue 13 (tests/test_readers_formats.py); lz4 is still named, not misread."""
     path = tmp_path / "trace.bin"
-    path.write_bytes(b"\x28\xb5\x2f\xfd" + bytes(40))
-    with pytest.raises(TraceFormatError, match="zstd-compressed traces are not read yet"):
+    path.write_bytes(b"\x04\x22\x4d\x18" + bytes(40))
+    with pytest.raises(TraceFormatError, match="lz4-compressed traces are not read yet"):
         read_trace(path)
 
 

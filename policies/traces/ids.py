@@ -40,6 +40,25 @@ def dense_ids(original: np.ndarray) -> tuple[np.ndarray, int]:
     return codes.astype(np.int32, copy=False), len(uniques)
 
 
+def hash_id_array(hash_ids, total: int, source: str = "") -> np.ndarray:
+    """The ids of all requests in one int64 array. Ids may be signed 64-bit or unsigned
+    64-bit (vLLM's and SGLang's block hashes, up to 2**64 - 1): unsigned ones >= 2**63 are
+    held as their int64 bit pattern (two's complement), which keeps them distinct; a trace
+    mixing negative ids with ids >= 2**63 is refused, as their patterns could collide."""
+    chain = itertools.chain.from_iterable
+    try:
+        return np.fromiter(chain(hash_ids), dtype=np.int64, count=total)
+    except OverflowError:
+        pass
+    try:
+        return np.fromiter(chain(hash_ids), dtype=np.uint64, count=total).view(np.int64)
+    except OverflowError:
+        raise TraceFormatError(
+            source or "<trace>", "hash_ids mix negative ids with ids of 2**63 and above",
+            fix="block ids are either signed or unsigned 64-bit integers, not both in one trace",
+        ) from None
+
+
 def constant_column(value, n: int, dtype) -> np.ndarray:
     """A read-only length-`n` column holding `value` everywhere, in no memory (zero stride)."""
     return np.broadcast_to(np.asarray(value, dtype=dtype), (n,))
@@ -90,12 +109,15 @@ def trace_from_requests(
     tenant_names: tuple[str, ...] = (),
     source: str = "",
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
+    arrival_s=None,
 ) -> Trace:
     """A Trace of multi-block requests, Mooncake style: one reference per hash id.
 
-    hash_ids: one sequence of block ids per request; arrival_ms, input_tokens, output_tokens
-    and tenant (codes into tenant_names): one value per request. Every block carries
-    `block_tokens` tokens except a request's last: `input - block_tokens*(n-1)` in [1, block_tokens].
+    hash_ids: one sequence of block ids per request (signed or unsigned 64-bit, see
+    `hash_id_array`); arrival_ms (or arrival_s, seconds, when given), input_tokens,
+    output_tokens and tenant (codes into tenant_names): one value per request. Every block
+    carries `block_tokens` tokens except a request's last: `input - block_tokens*(n-1)` in
+    [1, block_tokens].
     """
     n_per = np.fromiter((len(ids) for ids in hash_ids), dtype=np.int64, count=len(hash_ids))
     total = int(n_per.sum())
@@ -105,11 +127,13 @@ def trace_from_requests(
     tokens = np.full(total, block_tokens, dtype=np.int32)
     last = np.asarray(input_tokens, dtype=np.int64) - block_tokens * (n_per - 1)
     tokens[ends - 1] = np.clip(last, 1, block_tokens)
-    original = np.fromiter(itertools.chain.from_iterable(hash_ids), dtype=np.int64, count=total)
+    original = hash_id_array(hash_ids, total, source)
     block, n_blocks = dense_ids(original)
     per_request_tenant = np.full(len(n_per), -1) if tenant is None else np.asarray(tenant)
+    arrival = (np.asarray(arrival_ms, dtype=np.float64) / 1000.0 if arrival_s is None
+               else np.asarray(arrival_s, dtype=np.float64))
     return Trace(
-        time=np.repeat(np.asarray(arrival_ms, dtype=np.float64) / 1000.0, n_per),
+        time=np.repeat(arrival, n_per),
         request=request,
         block=block,
         original_id=original,

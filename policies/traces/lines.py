@@ -19,6 +19,7 @@ from .trace import Trace
 
 MAX_SKIP_EXAMPLES = 5
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+UINT64_MAX = 2**64 - 1
 
 
 class BadLines:
@@ -86,8 +87,10 @@ def millis_problem(name: str, value) -> str | None:
     return None
 
 
-def hash_ids_problem(ids) -> str | None:
-    """Why a `hash_ids` field is unusable, or None when it is a non-empty list of int64 ids."""
+def hash_ids_problem(ids, signed: bool = True) -> str | None:
+    """Why a `hash_ids` field is unusable, or None when it is a non-empty list of 64-bit ids:
+    signed or unsigned (vLLM's and SGLang's block hashes reach 2**64 - 1; `ids.hash_id_array`
+    holds them as int64 bit patterns); `signed=False` where the format has no negative ids."""
     if not isinstance(ids, list):
         return f"hash_ids must be a list of integers, got {type(ids).__name__}"
     if not ids:
@@ -95,8 +98,13 @@ def hash_ids_problem(ids) -> str | None:
     if not all(type(h) is int for h in ids):
         bad = next(h for h in ids if type(h) is not int)
         return f"hash_ids holds a non-integer id {shown(bad)}"
-    if min(ids) < INT64_MIN or max(ids) > INT64_MAX:
+    low, high = min(ids), max(ids)
+    if not signed and low < 0:
+        return f"hash_ids holds a negative id {shown(low)} (this format's ids are 0 and up)"
+    if low < INT64_MIN:
         return "hash_ids holds an id outside the 64-bit integer range"
+    if high > UINT64_MAX:
+        return f"hash_ids holds an id {shown(high)} beyond the unsigned 64-bit range (2**64 - 1)"
     return None
 
 

@@ -1,17 +1,20 @@
 """Mooncake JSONL traces: one request a line, one block reference per hash id.
 
-One JSON object a line: `timestamp` (ms from the trace start), `input_length` and
+One JSON object a line: `timestamp` (ms from the trace start, as the format says; a string
+of digits is nanoseconds, `timing.py`; `--time-unit` overrides both), `input_length` and
 `output_length` (tokens) and `hash_ids` (one id per 512-token block of the prompt; an id
 names the block together with its whole prefix). Each line is one request; its blocks are
 its references, in order. Every block carries 512 tokens except the last, which carries
-`input_length - 512*(n-1)` clamped to [1, 512].
+`input_length - 512*(n-1)` clamped to [1, 512] (`block_tokens` for a trace at another
+block size). Hash ids are signed or unsigned 64-bit integers.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from .ids import trace_from_requests
-from .lines import BadLines, count_problem, hash_ids_problem, jsonl_rows, millis_problem, with_skips
+from .lines import BadLines, count_problem, hash_ids_problem, jsonl_rows, with_skips
+from .timing import stamp_problem, stamp_seconds
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
 _MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -24,7 +27,7 @@ def _mooncake_problem(row) -> str | None:
     for name in _MOONCAKE_FIELDS:
         if name not in row:
             return f"missing field {name!r}"
-    problem = millis_problem("timestamp", row["timestamp"])
+    problem = stamp_problem("timestamp", row["timestamp"])
     for name in ("input_length", "output_length"):
         problem = problem or count_problem(name, row[name], "an integer token count")
     if problem is not None:
@@ -32,7 +35,8 @@ def _mooncake_problem(row) -> str | None:
     return hash_ids_problem(row["hash_ids"])
 
 
-def read_mooncake(path, skip_bad_lines: bool = False, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
+def read_mooncake(path, skip_bad_lines: bool = False, block_tokens: int = DEFAULT_BLOCK_TOKENS,
+                  time_unit: str | None = None) -> Trace:
     """Read a Mooncake JSONL trace: one request a line, one reference per hash id."""
     path = Path(path)
     bad = BadLines(path, skip_bad_lines)
@@ -49,6 +53,7 @@ def read_mooncake(path, skip_bad_lines: bool = False, block_tokens: int = DEFAUL
         raise bad.empty("requests")
 
     trace = trace_from_requests(
-        id_lists, stamps, inputs, outputs, source=str(path), block_tokens=block_tokens
+        id_lists, None, inputs, outputs, source=str(path), block_tokens=block_tokens,
+        arrival_s=stamp_seconds(stamps, "ms", time_unit),
     )
     return with_skips(trace, bad) if bad.count else trace

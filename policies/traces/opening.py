@@ -1,20 +1,27 @@
 """Opening a trace file: the one place that knows compression and the bundled traces.
 
 Every reader opens its file through `open_binary` (or `open_text`), which hands back the
-*decompressed* bytes: gzip, xz and bzip2 are recognised by their first bytes, not by the
-name, so a misnamed file still reads and a plain one is read as is. A new kind of input
-(zstd, stdin) is one more case in `open_binary` and nothing else changes.
+*decompressed* bytes: gzip, xz, bzip2 and zstd (the `zstandard` package; concatenated
+frames read as one stream, as `zstd -d` does) are recognised by their first bytes, not by
+the name, so a misnamed file still reads and a plain one is read as is. lz4 is named, not
+misread. This is the one place that knows compression.
 
 `resolve(path)` turns the name of a bundled trace (`bundled:mooncake`, see `BUNDLED`) into
-the file shipped in the package; `inner_name(path)` is the file name without its
-compression suffix, which format detection goes by (`trace.jsonl.gz` is JSONL).
+the file shipped in the package, and `-` (standard input, as libCacheSim's tools take it)
+into a temporary copy of everything on stdin, made once per process, so format detection
+sniffs its first bytes and the readers open it as often as they need (removed at exit);
+`inner_name(path)` is the file name without its compression suffix, which format detection
+goes by (`trace.jsonl.gz` is JSONL).
 """
 from __future__ import annotations
 
+import atexit
 import bz2
 import gzip
 import io
 import lzma
+import sys
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -24,20 +31,75 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 #: Traces shipped in the package, by the name `bundled:<name>` gives (sources in NOTICE).
 BUNDLED = {"mooncake": DATA / "mooncake_conversation.jsonl.xz"}
 BUNDLED_PREFIX = "bundled:"
+#: The path that means standard input.
+STDIN = "-"
 
 #: First bytes -> compression read here.
-_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bz2"))
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bz2"), (b"\x28\xb5\x2f\xfd", "zstd"))
 #: First bytes -> compression recognised but not read (yet): the fix is to decompress first.
-_UNREAD_MAGIC = ((b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"), (b"\x04\x22\x4d\x18", "lz4", "lz4 -d"))
-_OPENERS = {"gzip": gzip.open, "xz": lzma.open, "bz2": bz2.open}
-COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2")
+_UNREAD_MAGIC = ((b"\x04\x22\x4d\x18", "lz4", "lz4 -d"),)
+COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst", ".zstd")
+
+
+def _zstd_error_types() -> tuple[type[BaseException], ...]:
+    try:
+        import zstandard
+    except ImportError:
+        return ()
+    return (zstandard.ZstdError,)
+
+
 #: What a damaged compressed stream raises besides OSError (gzip.BadGzipFile is one).
-DECOMPRESS_ERRORS = (EOFError, lzma.LZMAError, zlib.error)
+DECOMPRESS_ERRORS = (EOFError, lzma.LZMAError, zlib.error) + _zstd_error_types()
+_stdin_copy: Path | None = None
+
+
+def _open_zstd(path, mode: str = "rb"):
+    """A buffered binary handle over a zstd stream (every frame, as `zstd -d` reads them)."""
+    try:
+        import zstandard
+    except ImportError:
+        raise TraceFormatError(path, "zstd-compressed trace, and the zstandard package is not installed",
+                               fix="pip install zstandard, or decompress it first with zstd -d") from None
+    source = open(path, "rb")  # noqa: SIM115 - the returned reader closes it (closefd)
+    raw = zstandard.ZstdDecompressor().stream_reader(source, read_across_frames=True, closefd=True)
+    return io.BufferedReader(raw)
+
+
+_OPENERS = {"gzip": gzip.open, "xz": lzma.open, "bz2": bz2.open, "zstd": _open_zstd}
+
+
+def _remove_stdin_copy() -> None:
+    if _stdin_copy is not None:
+        _stdin_copy.unlink(missing_ok=True)
+        _stdin_copy.parent.rmdir()
+
+
+def stdin_copy(stream=None) -> Path:
+    """The temporary file holding all of standard input (read once per process, on first use)."""
+    global _stdin_copy
+    if _stdin_copy is not None and _stdin_copy.exists():
+        return _stdin_copy
+    stream = sys.stdin.buffer if stream is None else stream
+    if stream.isatty():
+        raise TraceFormatError("<stdin>", "no trace on standard input (it is a terminal)",
+                               fix="pipe a trace in, e.g. zstd -dc t.jsonl.zst | sitsprof policy simulate -")
+    # A folder of its own, so messages name the copy ".../stdin:LINE" and no suffix misleads detection.
+    copy = Path(tempfile.mkdtemp(prefix="sitsprof-")) / "stdin"
+    with open(copy, "wb") as out:
+        while chunk := stream.read(1 << 20):
+            out.write(chunk)
+    if _stdin_copy is None:
+        atexit.register(_remove_stdin_copy)
+    _stdin_copy = copy
+    return _stdin_copy
 
 
 def resolve(path) -> Path:
-    """`path` as a Path, with `bundled:<name>` replaced by the shipped file."""
+    """`path` as a Path, with `bundled:<name>` replaced by the shipped file and `-` by a copy of stdin."""
     text = str(path)
+    if text == STDIN:
+        return stdin_copy()
     if text.startswith(BUNDLED_PREFIX):
         name = text[len(BUNDLED_PREFIX):]
         if name not in BUNDLED:
@@ -48,7 +110,7 @@ def resolve(path) -> Path:
 
 
 def compression(path) -> str | None:
-    """'gzip', 'xz' or 'bz2' from the file's first bytes, None for a plain file."""
+    """'gzip', 'xz', 'bz2' or 'zstd' from the file's first bytes, None for a plain file."""
     with open(path, "rb") as handle:
         head = handle.read(6)
     for magic, kind in _MAGIC:
@@ -57,7 +119,7 @@ def compression(path) -> str | None:
     for magic, kind, tool in _UNREAD_MAGIC:
         if head.startswith(magic):
             raise TraceFormatError(path, f"{kind}-compressed traces are not read yet",
-                                   fix=f"decompress it first ({tool}); gzip, xz and bzip2 are read as they are")
+                                   fix=f"decompress it first ({tool}); gzip, xz, bzip2 and zstd are read as they are")
     return None
 
 

@@ -3,6 +3,15 @@
 24-byte little-endian records `<u4 timestamp, <u8 obj_id, <u4 obj_size, <i8 next_access_vtime>`.
 Each record is one request of one block; `obj_size` becomes the reference's token weight.
 Writing computes `next_access_vtime`, which libCacheSim's oracle policies read.
+
+Reading validates what the format allows, record by record (compiled, `_validate`), so
+random bytes or another binary format are refused naming the record ("FILE:record N:
+problem (fix)") instead of replayed: `obj_size` > 0 (libCacheSim skips size-0 requests),
+timestamps non-decreasing, and `next_access_vtime` either "never" (-1, or INT64_MAX, as
+libCacheSim's reader also takes it) or a later record holding the same `obj_id`. Writers
+count records from 0 (`write_oracle_general`) or from 1 (libCacheSim's traceConv:
+"reference count starts with 1"); the convention with fewer problems is the file's.
+`skip_bad_lines` drops the records that break a rule.
 """
 from __future__ import annotations
 
@@ -14,7 +23,7 @@ from sitsprof.common.atomic import atomic_write
 
 from ..errors import TraceFormatError
 from .ids import INT32_MAX, constant_column, dense_ids, trace_from_ids
-from .lines import BadLines, with_skips
+from .lines import MAX_SKIP_EXAMPLES, BadLines, with_skips
 from .opening import data_size, open_binary
 from .trace import Trace
 
@@ -23,6 +32,104 @@ ORACLE_DTYPE = np.dtype(
     [("timestamp", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4"), ("next_access_vtime", "<i8")]
 )
 assert ORACLE_DTYPE.itemsize == 24
+_NEVER = (-1, 2**63 - 1)
+_FIX = ("is it an oracleGeneral trace? (24-byte records: u32 timestamp, u64 obj_id, u32 obj_size, "
+        "i64 next_access_vtime); --skip-bad-lines drops the records that break a rule")
+#: Problem codes of `_validate`.
+_SIZE0, _TIME_BACK, _NEXT_NOT_LATER, _NEXT_PAST_END, _NEXT_OTHER_ID = 1, 2, 3, 4, 5
+
+
+def _validate(obj_id, time, nxt, sizes, base, end_known, problem):
+    """Set problem[i] to the first rule record i breaks (0: none); returns how many break one.
+
+    sizes: one per record, or empty when they are all the same (checked by the caller);
+    base: 0 or 1, what next_access_vtime counts records from; end_known: False for a
+    truncated file, where a pointer past the records read cannot be checked."""
+    n = obj_id.shape[0]
+    bad = 0
+    last_t = -1.0
+    for i in range(n):
+        code = 0
+        v = nxt[i]
+        if sizes.shape[0] and sizes[i] <= 0:
+            code = 1
+        elif time[i] < last_t:
+            code = 2
+        elif v != -1 and v != 9223372036854775807:
+            j = v - base
+            if j <= i:
+                code = 3
+            elif j >= n:
+                if end_known:
+                    code = 4
+            elif obj_id[j] != obj_id[i]:
+                code = 5
+        problem[i] = code
+        if code:
+            bad += 1
+        else:
+            last_t = time[i]
+    return bad
+
+
+_compiled = []
+
+
+def _validator():
+    """`_validate` compiled (numba loads on the first oracleGeneral read, not on import)."""
+    if not _compiled:
+        from numba import njit
+
+        _compiled.append(njit(cache=True)(_validate))
+    return _compiled[0]
+
+
+def _problem_text(code: int, i: int, obj_id, time, nxt, base: int, n: int) -> str:
+    v = int(nxt[i])
+    if code == _SIZE0:
+        return "obj_size is 0 (every request carries at least one byte or token; libCacheSim skips size-0 requests)"
+    if code == _TIME_BACK:
+        earlier = time[:i][time[:i] > time[i]]
+        return (f"timestamp {time[i]:.0f} is earlier than a record before it ({earlier.max():.0f}); "
+                "oracleGeneral records are in time order")
+    if code == _NEXT_NOT_LATER:
+        return (f"next_access_vtime {v} does not point after this record; it must be -1 (no next access) "
+                "or a later record")
+    if code == _NEXT_PAST_END:
+        return f"next_access_vtime {v} points past the end of the trace ({n:,} records)"
+    j = v - base
+    return (f"next_access_vtime {v} points at record {j + 1}, which holds obj_id {int(obj_id[j]) & (2**64 - 1)}, "
+            f"not this record's {int(obj_id[i]) & (2**64 - 1)}")
+
+
+def _check_records(path: Path, bad: BadLines, obj_id, time, nxt, tokens, truncated: bool):
+    """The records' rule problems (module docstring): raises on the first, or in skip mode
+    returns the mask of the records to keep (None when all are good)."""
+    n = len(obj_id)
+    sizes = np.zeros(0, dtype=np.int32)
+    if tokens.strides[0] == 0:
+        if int(tokens[0]) <= 0:
+            bad.bad("record 1", _problem_text(_SIZE0, 0, obj_id, time, nxt, 0, n), fix=_FIX)
+            bad.count += n - 1  # skip mode: every record has that size
+            raise bad.empty("records")
+    else:
+        sizes = np.ascontiguousarray(tokens)
+    best = None
+    for base in (0, 1):
+        problem = np.zeros(n, dtype=np.uint8)
+        count = int(_validator()(obj_id, time, nxt, sizes, base, not truncated, problem))
+        if best is None or count < best[0]:
+            best = (count, base, problem)
+        if count == 0:
+            break
+    count, base, problem = best
+    if not count:
+        return None
+    flagged = np.flatnonzero(problem)
+    for i in flagged[:MAX_SKIP_EXAMPLES + 1]:
+        bad.bad(f"record {i + 1}", _problem_text(int(problem[i]), int(i), obj_id, time, nxt, base, n), fix=_FIX)
+    bad.count += len(flagged) - min(len(flagged), MAX_SKIP_EXAMPLES + 1)
+    return problem == 0
 
 
 def read_oracle(path, skip_bad_lines: bool = False, chunk: int = 1 << 18) -> Trace:
@@ -46,6 +153,7 @@ def read_oracle(path, skip_bad_lines: bool = False, chunk: int = 1 << 18) -> Tra
         raise bad.empty("records")
     obj_id = np.empty(n, dtype=np.int64)
     time = np.empty(n, dtype=np.float64)
+    nxt = np.empty(n, dtype=np.int64)
     tokens = None  # allocated only once two records differ in size
     first_size = None
     buf = np.empty(min(chunk, n), dtype=ORACLE_DTYPE)
@@ -65,6 +173,7 @@ def read_oracle(path, skip_bad_lines: bool = False, chunk: int = 1 << 18) -> Tra
             records = buf[: hi - lo]
             obj_id[lo:hi] = records["obj_id"].view(np.int64)
             time[lo:hi] = records["timestamp"]
+            nxt[lo:hi] = records["next_access_vtime"]
             sizes = records["obj_size"]
             if tokens is None:
                 if first_size is None:
@@ -76,6 +185,13 @@ def read_oracle(path, skip_bad_lines: bool = False, chunk: int = 1 << 18) -> Tra
             tokens[lo:hi] = np.minimum(sizes, INT32_MAX)
     if tokens is None:
         tokens = constant_column(min(first_size, INT32_MAX), n, np.int32)
+    keep = _check_records(path, bad, obj_id, time, nxt, tokens, truncated=bool(rest))
+    del nxt
+    if keep is not None:
+        if not keep.any():
+            raise bad.empty("records")
+        obj_id, time = obj_id[keep], time[keep]
+        tokens = tokens[: int(keep.sum())] if tokens.strides[0] == 0 else tokens[keep]
     trace = trace_from_ids(obj_id, times=time, tokens=tokens, source=str(path))
     if bad.count:
         return with_skips(trace, bad)
@@ -110,9 +226,9 @@ def write_oracle_general(path, obj_ids, timestamps=None, sizes=None, chunk: int 
     if ids.dtype.kind not in "iu":
         raise TraceFormatError(path, f"object ids must be integers, got dtype {ids.dtype}")
     columns = {}
-    for name, values, default in (
-        ("timestamp", timestamps, None),
-        ("obj_size", sizes, 1),
+    for name, values, default, low in (
+        ("timestamp", timestamps, None, 0),
+        ("obj_size", sizes, 1, 1),  # the reader refuses size 0, as libCacheSim skips it
     ):
         if values is None:
             columns[name] = np.arange(n, dtype=np.int64) if default is None else np.full(n, default)
@@ -120,8 +236,8 @@ def write_oracle_general(path, obj_ids, timestamps=None, sizes=None, chunk: int 
         arr = np.asarray(values)
         if len(arr) != n:
             raise TraceFormatError(path, f"{name} has {len(arr)} entries, obj_ids has {n}")
-        if arr.dtype.kind not in "iu" or (arr.size and (arr.min() < 0 or arr.max() > 2**32 - 1)):
-            raise TraceFormatError(path, f"{name} must be integers in [0, 2**32)")
+        if arr.dtype.kind not in "iu" or (arr.size and (arr.min() < low or arr.max() > 2**32 - 1)):
+            raise TraceFormatError(path, f"{name} must be integers in [{low}, 2**32)")
         columns[name] = arr
     nxt = next_access_vtime(ids)
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from .ids import trace_from_requests
-from .lines import BadLines, count_problem, hash_ids_problem, jsonl_rows, millis_problem, shown, with_skips
+from .lines import BadLines, count_problem, hash_ids_problem, jsonl_rows, shown, with_skips
+from .timing import stamp_problem, stamp_seconds
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
 _REQUEST_HASH_FIX = (
@@ -35,7 +36,7 @@ def _request_problem(row) -> str | None:
         return f"model_stack must be a non-empty string, got {shown(row['model_stack'])}"
     for name in ("input_tokens", "max_new_tokens", "output_tokens", "arrival_ms"):
         if name in row:
-            problem = (millis_problem if name == "arrival_ms" else count_problem)(name, row[name])
+            problem = (stamp_problem if name == "arrival_ms" else count_problem)(name, row[name])
             if problem is not None:
                 return problem
     if "prompt" in row and not isinstance(row["prompt"], str):
@@ -43,7 +44,8 @@ def _request_problem(row) -> str | None:
     return hash_ids_problem(row["hash_ids"])
 
 
-def read_requests(path, skip_bad_lines: bool = False, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
+def read_requests(path, skip_bad_lines: bool = False, block_tokens: int = DEFAULT_BLOCK_TOKENS,
+                  time_unit: str | None = None) -> Trace:
     """Read DESIGN.md request JSONL carrying `hash_ids`; tenant = model stack."""
     import pandas as pd
 
@@ -66,8 +68,8 @@ def read_requests(path, skip_bad_lines: bool = False, block_tokens: int = DEFAUL
         raise bad.empty("requests")
     codes, names = pd.factorize(np.asarray(stacks, dtype=object), sort=False)
     trace = trace_from_requests(
-        id_lists, stamps, inputs, outputs, tenant=codes, tenant_names=tuple(str(n) for n in names),
-        source=str(path), block_tokens=block_tokens,
+        id_lists, None, inputs, outputs, tenant=codes, tenant_names=tuple(str(n) for n in names),
+        source=str(path), block_tokens=block_tokens, arrival_s=stamp_seconds(stamps, "ms", time_unit),
     )
     if any(p is not None for p in prompts):
         trace = dataclasses.replace(trace, request_texts=tuple(prompts))
