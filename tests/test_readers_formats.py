@@ -363,3 +363,15 @@ def test_writer_output_and_large_traces_pass(tmp_path):
     assert len(read_trace(path)) == ids.size
     with pytest.raises(TraceFormatError, match=r"obj_size must be integers in \[1, 2\*\*32\)"):
         write_oracle_general(tmp_path / "s0.bin", [1, 2], sizes=[1, 0])
+
+
+def test_csv_unsigned_64_bit_ids(tmp_path):
+    path = tmp_path / "u.csv"
+    path.write_text(f"0,{2**64 - 1}\n1,5\n2,{2**64 - 1}\n3,{2**63}\n")
+    trace = read_trace(path)
+    assert trace.original_id.view(np.uint64).tolist() == [2**64 - 1, 5, 2**64 - 1, 2**63]
+    assert trace.block.tolist() == [0, 1, 0, 2]
+    over = tmp_path / "over.csv"
+    over.write_text(f"0,1\n1,{2**64}\n")
+    with pytest.raises(TraceFormatError, match="over.csv:2: obj_id .* outside the 64-bit integer range"):
+        read_trace(over)

@@ -16,8 +16,8 @@ import numpy as np
 from sitsprof.common.atomic import atomic_write
 
 from ..errors import TraceFormatError
-from .ids import INT32_MAX, trace_from_ids
-from .lines import INT64_MAX, INT64_MIN, BadLines, shown, with_skips
+from .ids import INT32_MAX, hash_id_array, trace_from_ids
+from .lines import INT64_MIN, UINT64_MAX, BadLines, shown, with_skips
 from .opening import open_binary, open_text
 from .trace import Trace
 
@@ -177,7 +177,7 @@ def _read_csv_lines(path: Path, skip_bad_lines: bool) -> Trace:
             except ValueError:
                 bad.bad(lineno, f"obj_id {shown(row['obj_id'])} is not an integer")
                 continue
-            if not INT64_MIN <= obj <= INT64_MAX:
+            if not INT64_MIN <= obj <= UINT64_MAX:  # unsigned 64-bit hashes (vLLM, SGLang) too
                 bad.bad(lineno, f"obj_id {shown(obj)} is outside the 64-bit integer range")
                 continue
             size = 1
@@ -203,7 +203,7 @@ def _read_csv_lines(path: Path, skip_bad_lines: bool) -> Trace:
     if tenants:
         tenant, names = _tenant_codes(np.asarray(tenants, dtype=object))
     trace = trace_from_ids(
-        np.asarray(ids, dtype=np.int64),
+        hash_id_array([ids], len(ids), str(path)),
         times=np.asarray(times, dtype=np.float64),
         tokens=np.asarray(sizes, dtype=np.int32),
         tenant=tenant,
