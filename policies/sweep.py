@@ -13,6 +13,7 @@ classic kernel and an adaptive policy's `run`) happens only here.
 """
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 from types import ModuleType
 
@@ -25,6 +26,7 @@ from .cost.models import DEFAULT_MODEL
 from .engine.capacity import check_capacity
 from .engine.params import bind, check_params
 from .engine.replay import Prepared, SimResult, as_trace, run_kernel
+from .parallel import auto_jobs, check_jobs, map_runs
 from .registry import get_policy
 from .traces.trace import Trace
 
@@ -53,10 +55,17 @@ def simulate_many(
     policies: Iterable,
     capacities: Iterable,
     progress: Progress | None = None,
+    jobs: int | None = 1,
+    cluster=None,
 ) -> list[SimResult]:
-    """Every policy at every capacity (policy-major order); `progress(done, total, label)` after each."""
+    """Every policy at every capacity (policy-major order); `progress(done, total, label)` after each.
+    `jobs` worker processes (None: `parallel.auto_jobs`) or a Dask `cluster` (see `policies.parallel`):
+    the same results in the same order."""
     modules = [policy_module(p) for p in policies]
     caps = [check_capacity(c) for c in capacities]
+    if jobs != 1 or cluster is not None:
+        items = [(m.__name__, c, {}) for m in modules for c in caps]
+        return _in_parallel(_plain_task, as_trace(trace), items, None, jobs, cluster, progress)
     prep = Prepared(as_trace(trace))
     total = len(modules) * len(caps)
     results: list[SimResult] = []
@@ -89,13 +98,18 @@ def simulate_costed(trace: Trace, policy, capacity, calibration=None, model: str
 
 
 def simulate_many_costed(trace: Trace, policies, capacities, progress: Progress | None = None, params=None,
-                         **cost) -> list[SimResult]:
+                         jobs: int | None = 1, cluster=None, **cost) -> list[SimResult]:
     """simulate_costed for every policy at every capacity (policy-major), `progress(done, total, label)`;
-    `params`: {policy name: {parameter: value}} (see bind_params)."""
+    `params`: {policy name: {parameter: value}} (see bind_params); `jobs`, `cluster`: as simulate_many."""
     total = len(policies) * len(capacities)
     if total:  # read the calibration file and prepare the trace once, not once per run
         calibration = cost.pop("calibration", None)
         cost["calibration"] = calibration if isinstance(calibration, dict) else load_calibration(calibration)
+        if jobs != 1 or cluster is not None:
+            modules = [policy_module(p) for p in policies]
+            items = [(m.__name__, check_capacity(c), (params or {}).get(m.NAME, {})) for m in modules
+                     for c in capacities]
+            return _in_parallel(_costed_task, trace, items, cost, jobs, cluster, progress)
         cost["prepared"] = Prepared(trace)
     results = []
     for policy in policies:
@@ -108,12 +122,40 @@ def simulate_many_costed(trace: Trace, policies, capacities, progress: Progress 
 
 
 def run_policies(trace: Trace, policies, capacities, progress: Progress | None = None, calibration=None,
-                 model=None, miss: str = "recompute", params=None) -> list[SimResult]:
+                 model=None, miss: str = "recompute", params=None, jobs: int | None = 1,
+                 cluster=None) -> list[SimResult]:
     """Every policy at every capacity through the cost model (`simulate_many_costed`), each
     result with its Prometheus figures in ``extra["metrics"]`` (also in --json);
-    `params`: {policy: {name: value}} from bind_params."""
+    `params`: {policy: {name: value}} from bind_params; `jobs`, `cluster`: as simulate_many."""
     results = simulate_many_costed(trace, policies, capacities, progress=progress, calibration=calibration,
-                                   model=model or DEFAULT_MODEL, miss=miss, params=params)
+                                   model=model or DEFAULT_MODEL, miss=miss, params=params, jobs=jobs,
+                                   cluster=cluster)
     for r in results:
         r.extra["metrics"] = result_metrics(r, trace.span_s)
     return results
+
+
+# The sweeps' runs as `parallel.map_runs` tasks: an item is (policy module name, capacity, its
+# parameters); modules travel by name, each worker's `Prepared` arrays are built once (setup).
+
+def _plain_task(trace: Trace, prep: Prepared, item, shared) -> SimResult:
+    module_name, capacity, own = item
+    return run_kernel(prep, importlib.import_module(module_name), capacity, own)
+
+
+def _costed_task(trace: Trace, prep: Prepared, item, shared) -> SimResult:
+    module_name, capacity, own = item
+    return simulate_costed(trace, importlib.import_module(module_name), capacity, prepared=prep, **shared, **own)
+
+
+def _in_parallel(task, trace: Trace, items: list, shared, jobs, cluster, progress) -> list[SimResult]:
+    """`items` through `parallel.map_runs` (`jobs` None: auto_jobs), every distinct policy's
+    first run warmed up here first so its kernels compile once."""
+    jobs = check_jobs(jobs)
+    if jobs is None:
+        jobs = auto_jobs(len(items), len(trace))
+    shared = {k: v for k, v in (shared or {}).items() if k != "prepared"}
+    labels = [f"{importlib.import_module(name).NAME} @ {capacity}" for name, capacity, _ in items]
+    warm = list({name: (name, capacity, own) for name, capacity, own in reversed(items)}.values())
+    return map_runs(task, trace, items, shared, setup=Prepared, jobs=jobs, cluster=cluster, progress=progress,
+                    labels=labels, warm_items=warm)
