@@ -124,7 +124,8 @@ class Result:
     requests: list
     evictions: list  # content ids in eviction order
     hit_blocks: int  # sum over admissions
-    steps: list
+    steps: list  # Step records (replay(record_steps=True), or a callable step_time), else empty
+    n_steps: int
     end_time: float
     preemptions: int
     rejected: int
@@ -148,6 +149,7 @@ class VllmPool:
         self.lru: OrderedDict = OrderedDict()  # cached blocks with ref 0, first = LRU victim
         self.cached: dict = {}  # content id -> {physical: None}, in registration order
         self.evictions: list = []
+        self.free_events = 0  # calls that can give blocks back (the scheduler's retry shortcut)
 
     def num_free(self) -> int:
         return len(self.fresh) + len(self.lru)
@@ -162,8 +164,14 @@ class VllmPool:
         return next(iter(self.cached[x]))
 
     def can_allocate(self, hit_ids: Sequence[int], n_new: int) -> bool:
-        in_queue = sum(1 for x in hit_ids if self.ref[self._first(x)] == 0)
-        return n_new <= self.num_free() - in_queue
+        free = self.num_free()
+        if n_new > free:
+            return False
+        if n_new <= free - len(hit_ids):  # even if every hit block sits in the free queue
+            return True
+        ref, cached = self.ref, self.cached
+        in_queue = sum(1 for x in hit_ids if ref[next(iter(cached[x]))] == 0)
+        return n_new <= free - in_queue
 
     def touch(self, hit_ids: Sequence[int]) -> list:
         phys = []
@@ -204,6 +212,7 @@ class VllmPool:
 
     def free(self, phys: Sequence[int]) -> None:
         """Free a request's blocks (given in table order): tail first."""
+        self.free_events += 1
         for p in reversed(phys):
             self.ref[p] -= 1
             if self.ref[p] == 0:
@@ -211,6 +220,9 @@ class VllmPool:
                     self.fresh.appendleft(p)
                 else:
                     self.lru[p] = None
+
+    def is_cached(self, x) -> bool:
+        return x in self.cached
 
     def pinned_content(self) -> set:
         return {self.content[p] for p in range(self.capacity) if self.ref[p] > 0 and self.content[p] is not None}
@@ -247,6 +259,7 @@ class RadixPool:
         self.clock = 0
         self.heap: list = []  # (access, content id) of candidate leaves, validated on pop
         self.evictions: list = []
+        self.free_events = 0
 
     def free_slots(self) -> int:
         return self.capacity - len(self.nodes) - self.n_private
@@ -272,8 +285,14 @@ class RadixPool:
         return k
 
     def can_allocate(self, hit_ids: Sequence[int], n_new: int) -> bool:
-        unlocked_hits = sum(1 for x in hit_ids if self.nodes[x].lock == 0)
-        return n_new <= self.num_free() - unlocked_hits
+        free = self.num_free()
+        if n_new > free:
+            return False
+        if n_new <= free - len(hit_ids):
+            return True
+        nodes = self.nodes
+        unlocked_hits = sum(1 for x in hit_ids if nodes[x].lock == 0)
+        return n_new <= free - unlocked_hits
 
     def _lock(self, x) -> None:
         node = self.nodes[x]
@@ -327,7 +346,8 @@ class RadixPool:
         if entry[0] == "node":
             return entry
         self.n_private -= 1
-        if x in self.nodes:
+        if x in self.nodes:  # the request's copy is dropped: a slot comes free
+            self.free_events += 1
             self._lock(x)
         else:
             node = _Node(parent)
@@ -340,6 +360,7 @@ class RadixPool:
         return ("node", x)
 
     def free(self, entries: Sequence, finished: bool) -> None:
+        self.free_events += 1
         if finished:  # cache_finished_req: the finished sequence is inserted, its path stamped
             for e in entries:
                 if e[0] == "node":
@@ -349,6 +370,9 @@ class RadixPool:
                 self._unlock(e[1])
             else:
                 self.n_private -= 1
+
+    def is_cached(self, x) -> bool:
+        return x in self.nodes
 
     def pinned_content(self) -> set:
         return {x for x, node in self.nodes.items() if node.lock > 0}
@@ -392,7 +416,7 @@ def _content_ids(req: Request, block_tokens: int, next_private: list) -> list:
 def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16,
            max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
            step_time: float | Callable[[Step], float] = 1.0, engine: str = "vllm",
-           duplicates: str = "vllm") -> Result:
+           duplicates: str = "vllm", record_steps: bool = False) -> Result:
     """Replay `requests` (in arrival order, ties by index) through the engine's rules."""
     if engine == "vllm":
         pool = VllmPool(capacity, duplicates)
@@ -409,8 +433,10 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
         r = requests[i]
         reqs[i] = _Req(i, _content_ids(r, bt, next_private), r.prompt_tokens, max(1, r.output_tokens), outcomes[i])
     waiting: deque = deque()
+    blocked = None  # (head, free events, budget, its next block id) of the last failed admission
     running: list = []
     steps: list = []
+    n_steps = 0
     now = 0.0
     nxt = 0
     remaining = len(order)
@@ -420,6 +446,8 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
 
     def register_full(q: _Req, upto_tokens: int) -> None:
         full = min(upto_tokens, q.num_tokens) // bt
+        if full <= q.registered:
+            return
         for j in range(q.registered, full):
             if engine == "vllm":
                 pool.register(q.table[j], q.ids[j])
@@ -480,26 +508,37 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
                 break
             if need > 0:
                 q.table.extend(pool.new_blocks(need))
-            register_full(q, q.computed + new)
+            if (q.computed + new) // bt > q.registered:
+                register_full(q, q.computed + new)
             scheduled.append((q, new, q.computed))
             budget -= new
             i += 1
         if not preempted:
             while waiting and budget > 0 and len(running) < max_num_seqs:
                 q = waiting[0]
-                hits = pool.lookup(q.ids, (q.num_tokens - 1) // bt) if q.computed == 0 else 0
+                if (blocked is not None and blocked[0] is q and blocked[1] == pool.free_events
+                        and budget >= blocked[2] and not (blocked[3] is not None and pool.is_cached(blocked[3]))):
+                    # A shortcut, not a rule: the head failed before and nothing since can let it
+                    # fit. Only a free (or a radix de-duplication) adds room; a registration of
+                    # the block after its hit prefix lengthens the hit; a smaller budget asks
+                    # fewer blocks. Evictions, touches and allocations only keep it failing.
+                    break
+                maxb = (q.num_tokens - 1) // bt
+                hits = pool.lookup(q.ids, maxb) if q.computed == 0 else 0
                 new = min(q.num_tokens - hits * bt, budget)
                 need = ceil_div(hits * bt + new, bt) - hits
                 hit_ids = q.ids[:hits]
                 if not pool.can_allocate(hit_ids, need):
+                    blocked = (q, pool.free_events, budget, q.ids[hits] if hits < maxb else None)
                     break
+                blocked = None
                 waiting.popleft()
                 q.table = pool.touch(hit_ids) + pool.new_blocks(need)
                 q.registered = hits
                 q.computed = hits * bt
                 register_full(q, q.computed + new)
                 if q.out.first_scheduled_step < 0:
-                    q.out.first_scheduled_step = len(steps)
+                    q.out.first_scheduled_step = n_steps
                     q.out.first_scheduled_time = now
                     q.out.cached_blocks = hits
                 q.out.admissions.append(hits)
@@ -509,30 +548,35 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
                 budget -= new
         if not scheduled:
             raise RuntimeError("nothing could be scheduled (the pool cannot hold any waiting request)")
-        step = Step(index=len(steps), start=now, scheduled=[(q.i, n, c) for q, n, c in scheduled],
-                    n_running=len(running))
-        steps.append(step)
-        dt = step_time(step) if callable(step_time) else step_time
-        now += dt
+        index = n_steps
+        n_steps += 1
+        if record_steps or callable(step_time):
+            step = Step(index=index, start=now, scheduled=[(q.i, n, c) for q, n, c in scheduled],
+                        n_running=len(running))
+            if record_steps:
+                steps.append(step)
+            now += step_time(step) if callable(step_time) else step_time
+        else:
+            now += step_time
         done_now = set()
         for q, n, _c in scheduled:
             q.computed += n
             if q.computed >= q.num_tokens:
                 q.generated += 1
                 if q.out.first_token_step < 0:
-                    q.out.first_token_step = step.index
+                    q.out.first_token_step = index
                     q.out.first_token_time = now
                 if q.generated >= q.output:
                     release(q, finished=True)
                     q.out.status = "done"
-                    q.out.finish_step = step.index
+                    q.out.finish_step = index
                     q.out.finish_time = now
                     done_now.add(q.i)
                     remaining -= 1
         if done_now:
             running = [q for q in running if q.i not in done_now]
     return Result(requests=outcomes, evictions=list(pool.evictions), hit_blocks=hit_total, steps=steps,
-                  end_time=now, preemptions=n_preempt, rejected=n_rejected)
+                  n_steps=n_steps, end_time=now, preemptions=n_preempt, rejected=n_rejected)
 
 
 # ---------------------------------------------------------------------------------------
