@@ -341,7 +341,7 @@ def test_libcachesim_counts_records_from_one_and_both_conventions_read(tmp_path)
     ([1, 2, 1], [2, -1, -1], [1, 0, 1], None, "record 2: obj_size is 0"),
     ([1, 2, 1], [2, -1, -1], None, [0, 5, 4], "record 3: timestamp 4 is earlier than a record before it \\(5\\)"),
     ([1, 2, 1], [2, 0, -1], None, None, "record 2: next_access_vtime 0 does not point after this record"),
-    ([1, 2, 1], [2, 99, -1], None, None, "record 2: next_access_vtime 99 points past the end of the trace"),
+    ([1, 2, 1], [2, 2**50, -1], None, None, f"record 2: next_access_vtime {2**50} points past the end of the trace"),
     ([1, 2, 1, 2], [2, 3, -1, 2], None, None, "record 4: next_access_vtime 2 does not point after"),
     ([1, 2, 3, 1], [3, 2, -1, -1], None, None, "record 2: next_access_vtime 2 points at record 3, which holds "
                                                "obj_id 3, not this record's 2"),
@@ -353,6 +353,16 @@ def test_oracle_rules_name_the_record(tmp_path, ids, nxt, sizes, stamps, needle)
     kept = read_trace(path, skip_bad_lines=True)
     assert kept.skipped_lines == 1 and len(kept) == len(ids) - 1
     assert "record" in kept.skipped_examples[0]
+
+
+def test_a_prefix_of_a_longer_trace_reads(tmp_path):
+    """`head -c $((24*N))` of an oracleGeneral trace: next accesses past its end are kept."""
+    whole = write_oracle_general(tmp_path / "whole.bin", [1, 2, 3, 1, 2, 3])
+    prefix = tmp_path / "prefix.bin"
+    prefix.write_bytes(whole.read_bytes()[: 24 * 4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TraceWarning)
+        assert read_trace(prefix).original_id.tolist() == [1, 2, 3, 1]
 
 
 def test_writer_output_and_large_traces_pass(tmp_path):

@@ -8,7 +8,9 @@ Reading validates what the format allows, record by record (compiled, `_validate
 random bytes or another binary format are refused naming the record ("FILE:record N:
 problem (fix)") instead of replayed: `obj_size` > 0 (libCacheSim skips size-0 requests),
 timestamps non-decreasing, and `next_access_vtime` either "never" (-1, or INT64_MAX, as
-libCacheSim's reader also takes it) or a later record holding the same `obj_id`. Writers
+libCacheSim's reader also takes it) or a later record holding the same `obj_id`; a pointer
+past the last record is taken as from a longer trace this file is a prefix of (`head -c`
+cuts them so) when it is below 2**40 records, and refused above (random bytes). Writers
 count records from 0 (`write_oracle_general`) or from 1 (libCacheSim's traceConv:
 "reference count starts with 1"); the convention with fewer problems is the file's.
 `skip_bad_lines` drops the records that break a rule.
@@ -37,14 +39,16 @@ _FIX = ("is it an oracleGeneral trace? (24-byte records: u32 timestamp, u64 obj_
         "i64 next_access_vtime); --skip-bad-lines drops the records that break a rule")
 #: Problem codes of `_validate`.
 _SIZE0, _TIME_BACK, _NEXT_NOT_LATER, _NEXT_PAST_END, _NEXT_OTHER_ID = 1, 2, 3, 4, 5
+#: A next access past the file's last record is taken from a longer trace below this many records.
+_PREFIX_LIMIT = 2**40
 
 
-def _validate(obj_id, time, nxt, sizes, base, end_known, problem):
+def _validate(obj_id, time, nxt, sizes, base, limit, problem):
     """Set problem[i] to the first rule record i breaks (0: none); returns how many break one.
 
     sizes: one per record, or empty when they are all the same (checked by the caller);
-    base: 0 or 1, what next_access_vtime counts records from; end_known: False for a
-    truncated file, where a pointer past the records read cannot be checked."""
+    base: 0 or 1, what next_access_vtime counts records from; limit: pointers past the last
+    record and below it are taken as from a longer trace (this file a prefix of it)."""
     n = obj_id.shape[0]
     bad = 0
     last_t = -1.0
@@ -60,7 +64,7 @@ def _validate(obj_id, time, nxt, sizes, base, end_known, problem):
             if j <= i:
                 code = 3
             elif j >= n:
-                if end_known:
+                if j >= limit:
                     code = 4
             elif obj_id[j] != obj_id[i]:
                 code = 5
@@ -96,13 +100,14 @@ def _problem_text(code: int, i: int, obj_id, time, nxt, base: int, n: int) -> st
         return (f"next_access_vtime {v} does not point after this record; it must be -1 (no next access) "
                 "or a later record")
     if code == _NEXT_PAST_END:
-        return f"next_access_vtime {v} points past the end of the trace ({n:,} records)"
+        return (f"next_access_vtime {v} points past the end of the trace ({n:,} records) and past "
+                f"2**40 records, beyond any trace this one could be a prefix of")
     j = v - base
     return (f"next_access_vtime {v} points at record {j + 1}, which holds obj_id {int(obj_id[j]) & (2**64 - 1)}, "
             f"not this record's {int(obj_id[i]) & (2**64 - 1)}")
 
 
-def _check_records(path: Path, bad: BadLines, obj_id, time, nxt, tokens, truncated: bool):
+def _check_records(path: Path, bad: BadLines, obj_id, time, nxt, tokens):
     """The records' rule problems (module docstring): raises on the first, or in skip mode
     returns the mask of the records to keep (None when all are good)."""
     n = len(obj_id)
@@ -117,7 +122,7 @@ def _check_records(path: Path, bad: BadLines, obj_id, time, nxt, tokens, truncat
     best = None
     for base in (0, 1):
         problem = np.zeros(n, dtype=np.uint8)
-        count = int(_validator()(obj_id, time, nxt, sizes, base, not truncated, problem))
+        count = int(_validator()(obj_id, time, nxt, sizes, base, _PREFIX_LIMIT, problem))
         if best is None or count < best[0]:
             best = (count, base, problem)
         if count == 0:
@@ -185,7 +190,7 @@ def read_oracle(path, skip_bad_lines: bool = False, chunk: int = 1 << 18) -> Tra
             tokens[lo:hi] = np.minimum(sizes, INT32_MAX)
     if tokens is None:
         tokens = constant_column(min(first_size, INT32_MAX), n, np.int32)
-    keep = _check_records(path, bad, obj_id, time, nxt, tokens, truncated=bool(rest))
+    keep = _check_records(path, bad, obj_id, time, nxt, tokens)
     del nxt
     if keep is not None:
         if not keep.any():
