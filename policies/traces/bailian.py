@@ -18,8 +18,9 @@ arXiv 2506.02634), repository alibaba-edu/qwen-bailian-usagetraces-anon (Apache-
 
 Each line is one request, its blocks its references, in order; every block carries 16
 tokens (`block_tokens`, `--block-tokens` for another size) except the last, which carries
-`input_length - 16*(n-1)` clamped to [1, 16]. The tenant column is the request `type`
-(`Trace.tenant_names`), the category the paper finds reuse differs by. A `.jsonl` file
+`input_length - 16*(n-1)` clamped to [1, 16]. The tenant is unknown (-1): every trace is
+one model instance's, and `type` is a request category, not a tenant (cross-tenant figures
+such as CTCCI would be wrong on it), so it is checked but not kept. A `.jsonl` file
 whose first object has `chat_id`, `parent_chat_id` or `turn` is read as this format
 (`detect.py`). Timestamps are seconds, as the format says (a string of digits is
 nanoseconds; `--time-unit` overrides both, `timing.py`). Ids are 0 and up, up to 2**64 - 1.
@@ -27,8 +28,6 @@ nanoseconds; `--time-unit` overrides both, `timing.py`). Ids are 0 and up, up to
 from __future__ import annotations
 
 from pathlib import Path
-
-import numpy as np
 
 from .ids import trace_from_requests
 from .lines import BadLines, count_problem, hash_ids_problem, is_int, jsonl_rows, shown, with_skips
@@ -68,26 +67,21 @@ def _bailian_problem(row) -> str | None:
 def read_bailian(path, skip_bad_lines: bool = False, block_tokens: int = BAILIAN_BLOCK_TOKENS,
                  time_unit: str | None = None) -> Trace:
     """Read a Bailian (Qwen) JSONL trace: one request a line, one reference per hash id."""
-    import pandas as pd
-
     path = Path(path)
     bad = BadLines(path, skip_bad_lines)
     stamps: list = []
     inputs: list[int] = []
     outputs: list[int] = []
-    kinds: list = []
     id_lists: list[list[int]] = []
     for row in jsonl_rows(path, bad, _bailian_problem):
         stamps.append(row["timestamp"])
         inputs.append(row["input_length"])
         outputs.append(row["output_length"])
-        kinds.append(row.get("type") or None)
         id_lists.append(row["hash_ids"])
     if not id_lists:
         raise bad.empty("requests")
-    codes, names = pd.factorize(np.asarray(kinds, dtype=object), sort=False)  # None -> -1
     trace = trace_from_requests(
-        id_lists, None, inputs, outputs, tenant=codes, tenant_names=tuple(str(n) for n in names),
-        source=str(path), block_tokens=block_tokens, arrival_s=stamp_seconds(stamps, "s", time_unit),
+        id_lists, None, inputs, outputs, source=str(path), block_tokens=block_tokens,
+        arrival_s=stamp_seconds(stamps, "s", time_unit),
     )
     return with_skips(trace, bad) if bad.count else trace
