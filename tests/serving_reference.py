@@ -416,8 +416,13 @@ def _content_ids(req: Request, block_tokens: int, next_private: list) -> list:
 def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16,
            max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
            step_time: float | Callable[[Step], float] = 1.0, engine: str = "vllm",
-           duplicates: str = "vllm", record_steps: bool = False) -> Result:
-    """Replay `requests` (in arrival order, ties by index) through the engine's rules."""
+           duplicates: str = "vllm", record_steps: bool = False,
+           observe: Callable | None = None) -> Result:
+    """Replay `requests` (in arrival order, ties by index) through the engine's rules.
+
+    `observe(pool, running)`, when given, is called after each step is scheduled with the pool
+    and the running requests (objects with `.i`, `.table`, `.ids`, `.registered`), for tests of
+    invariants."""
     if engine == "vllm":
         pool = VllmPool(capacity, duplicates)
     elif engine == "sglang":
@@ -548,6 +553,8 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
                 budget -= new
         if not scheduled:
             raise RuntimeError("nothing could be scheduled (the pool cannot hold any waiting request)")
+        if observe is not None:
+            observe(pool, running)
         index = n_steps
         n_steps += 1
         if record_steps or callable(step_time):

@@ -99,14 +99,35 @@ def test_running_request_blocks_are_pinned(impl, engine):
     assert all(o.status == "done" for o in res.requests) and res.preemptions == 0
 
 
-def test_reference_pinned_blocks_never_in_the_victim_queue():
-    # the reference's own invariant, checked step by step: no running block is evictable
-    reqs = [Request(0.0, ["a0", "a1"], 8, 20), Request(0.5, ["b0", "b1"], 8, 1),
-            Request(1.5, ["c0", "c1", "c2", "c3", "c4", "c5"], 24, 1)]
-    pool = ref.VllmPool(9)
-    assert pool.num_free() == 9
-    res = ref.replay(reqs, 9, block_tokens=BT)
-    assert res.requests[0].finish_step > res.requests[2].finish_step
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_reference_running_blocks_are_never_evictable(engine):
+    # the reference's invariant, checked after every step of a loaded generated workload: no
+    # block in a running request's table is in the victim queue (vLLM: ref > 0, not in the free
+    # queue; SGLang: its tree node locked), and every tree node's lock counts its holders
+    from sitsprof.policies.traces.generator import generate_requests
+
+    recs = [r.mooncake_record() for r in generate_requests(seed=3, duration_s=30.0)]
+    requests = ref.reblock_records(recs, 16)
+    checked = [0]
+
+    def observe(pool, running):
+        if engine == "vllm":
+            for q in running:
+                for p in q.table:
+                    assert pool.ref[p] > 0 and p not in pool.lru
+        else:
+            holders: dict = {}
+            for q in running:
+                for kind, x in q.table:
+                    if kind == "node":
+                        holders[x] = holders.get(x, 0) + 1
+            for x, n in holders.items():
+                assert pool.nodes[x].lock == n
+            assert len(pool.nodes) - pool.n_unlocked == len(holders)  # no other node is locked
+        checked[0] += 1
+
+    res = ref.replay(requests, 800, block_tokens=16, step_time=0.01, engine=engine, observe=observe)
+    assert checked[0] == res.n_steps > 100 and res.evictions and res.preemptions > 0
 
 
 # ---------------------------------------------------------------------------------------
