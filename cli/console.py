@@ -81,9 +81,14 @@ def progress_bar(policies: list[str], capacities: list[int], show: bool, console
     per_policy = max(1, len(capacities))
     done = [0]
     noted: set[str] = set()
+    by_module = _policy_modules(policies)
 
-    def compiling() -> tuple[str, str]:
-        i = min(done[0] // per_policy, max(0, len(policies) - 1))
+    def compiling(name: str = "") -> tuple[str, str]:
+        """The note for a compile of `name` (module.function): the policy whose module it is in,
+        else the one the sweep is at (shared helpers compile with the first policy using them)."""
+        i = by_module.get(name.split(".", 1)[0])
+        if i is None:
+            i = min(done[0] // per_policy, max(0, len(policies) - 1))
         policy = policies[i] if policies else "the engine"
         return f"{FIRST_RUN_NOTE}: {policy} ({i + 1} of {len(policies)} policies)", policy
 
@@ -91,8 +96,8 @@ def progress_bar(policies: list[str], capacities: list[int], show: bool, console
         console.print(f"sitsprof: {text}", markup=False, highlight=False, soft_wrap=True)
 
     if not show or not console.is_terminal or total < 2:
-        def on_start(_name: str) -> None:
-            text, policy = compiling()
+        def on_start(name: str) -> None:
+            text, policy = compiling(name)
             if policy not in noted:
                 noted.add(policy)
                 say(text)
@@ -110,7 +115,7 @@ def progress_bar(policies: list[str], capacities: list[int], show: bool, console
         task = progress.add_task(f"{prefix}{policies[0]} @ {capacities[0]:,}", total=total)
 
         def on_start(name: str) -> None:
-            progress.update(task, description=f"{compiling()[0]}, {name}")
+            progress.update(task, description=f"{compiling(name)[0]}, {name}", refresh=True)
 
         def advance(done_: int, total_: int, label: str) -> None:
             done[0] = done_
@@ -120,6 +125,19 @@ def progress_bar(policies: list[str], capacities: list[int], show: bool, console
             yield advance
     if stats["count"]:
         say(_compiled_line(stats))
+
+
+def _policy_modules(policies) -> dict[str, int]:
+    """Short module name (`lirs`, `semantic_shard`) -> index of the policy it implements."""
+    from sitsprof.policies.registry import get_policy
+
+    found = {}
+    for i, name in enumerate(policies):
+        try:
+            found.setdefault(get_policy(str(name)).__name__.rsplit(".", 1)[-1], i)
+        except Exception:  # noqa: BLE001 - a name the sweep itself will refuse, in its own words
+            continue
+    return found
 
 
 def _compiled_line(stats: dict) -> str:

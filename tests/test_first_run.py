@@ -77,3 +77,30 @@ def test_bar_says_compiling_while_a_kernel_compiles(trace_file):
     text = screen.getvalue()
     assert "compiling kernels (first run only): fifo (2 of 2 policies)" in text
     assert "sitsprof: compiled 1 kernel(s) in" in text
+
+
+def test_a_compile_is_named_by_the_policy_whose_module_it_is_in():
+    """A parallel sweep warms every policy before its first run (done is still 0): the note
+    names the policy by the compiled function's module, not by the sweep's position."""
+    from types import SimpleNamespace
+
+    from numba.core import event
+    from rich.console import Console
+
+    from sitsprof.cli.console import progress_bar
+
+    def compile_event(module: str):
+        func = SimpleNamespace(__module__=module, __qualname__="KERNEL")
+        with event.trigger_event("numba:compile", data={"dispatcher": SimpleNamespace(py_func=func)}):
+            pass
+
+    pipe = io.StringIO()
+    with progress_bar(["lru", "2q", "semantic-shard"], [10, 20], True, console=Console(file=pipe)):
+        compile_event("sitsprof.policies.classic.twoq")
+        compile_event("sitsprof.policies.adaptive.semantic_shard")
+        compile_event("sitsprof.policies.cost.costmodel")  # a shared helper: the sweep's current policy
+    lines = pipe.getvalue().splitlines()
+    assert lines[:3] == ["sitsprof: compiling kernels (first run only): 2q (2 of 3 policies)",
+                         "sitsprof: compiling kernels (first run only): semantic-shard (3 of 3 policies)",
+                         "sitsprof: compiling kernels (first run only): lru (1 of 3 policies)"]
+    assert lines[3].startswith("sitsprof: compiled 3 kernel(s) in")
