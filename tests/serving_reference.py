@@ -58,9 +58,17 @@ for each running request holding it); `evict` takes the unlocked LEAF with the s
 last_access_time, deletes it, and its parent, once childless and unlocked, becomes a leaf
 that competes by its own time; `insert` of a block already in the tree keeps the tree's copy
 and frees the request's duplicate (no duplicates in a radix tree). Access time here is a
-counter that ticks once per node stamped, root to leaf, so no two stamps tie: stamped at a
-request's hit (admission), when its block enters the tree, and on its whole path when it
-finishes (`cache_finished_req` inserts the finished sequence, stamping its path).
+counter that ticks once per node stamped, root to leaf: stamped at a request's hit
+(admission), when its block enters the tree, and on its whole path when it finishes
+(`cache_finished_req` inserts the finished sequence, stamping its path). SGLang stamps a whole
+walk with one `time.monotonic()`; the ticks order only an ancestor before its descendant
+within a walk, which leaf-only eviction never compares (an ancestor is a leaf only once its
+descendants are gone), so the victim order is the same. Where this block-granular model
+simplifies SGLang: blocks enter the tree when they fill (SGLang inserts a prompt after its
+prefill or chunk, `cache_unfinished_req`, and the decoded tokens when the request finishes;
+a retracted request's decode KV is freed, here its full decode blocks stay cached), and a
+block entering the tree stamps only itself (SGLang's insert restamps the path; this differs
+only for a preempted request's ancestors, which a finish would restamp anyway).
 
 Time: a step starts at `now`; requests with arrival <= now join the waiting queue first; the
 step lasts `step_time` (a number, or a callable of the `Step` record); when nothing runs or
