@@ -157,6 +157,8 @@ def kill_trials(kind: Kind, rng: random.Random, trials: int, work: Path) -> list
         signum = signals[i % 3]
         workload = rng.choice([0.2, 0.4, 0.8])
         delay = rng.uniform(0.0, workload + 0.4)  # before, around and after the workload's end
+        if i % 6 == 4:  # within 5 ms of "recording into": while the workload is being started
+            delay = rng.uniform(0.0, 0.005)
         lock = rng.random() < 0.3
         cmd = [sys.executable, str(RUNNER), "record", "--out", str(base / "runs"), "--name", "r", "--no-gpm",
                "--interval", "2ms", *(["--clocks", "lock", "--sm", "1500"] if lock else []),
