@@ -3,8 +3,16 @@ inputs and read back into its outputs (serving_reference.Request -> serving_refe
 the crafted and differential tests run one case through both. A plain module beside the tests
 (as libcachesim_ref.py is); it is the only test helper that imports the engine, and it says why
 the engine cannot run (`engine_status`) instead of failing, while parts of it do not exist yet.
+
+The engine runs through its public entry point, `scheduler.run_replay(reblocked=...,
+log_evictions=True)`, with the step cost model swapped for one whose every step lasts exactly
+`step_time` (the model's cost terms zeroed, its per-step overhead set to the step time), so the
+schedules of the two can be compared to the last bit.
 """
 from __future__ import annotations
+
+import contextlib
+import functools
 
 import numpy as np
 import serving_reference as ref
@@ -14,14 +22,14 @@ class EngineUnavailable(Exception):
     pass
 
 
-def _engine_modules(engine: str):
+def _engine_modules():
     try:
-        from sitsprof.policies.serving import evictors, pool, scheduler, steptime
+        from sitsprof.policies.serving import reblock, scheduler, steptime
     except ImportError as e:  # S2's package not there yet
         raise EngineUnavailable(f"sitsprof.policies.serving is not importable yet ({e})") from e
-    if engine != "vllm":
-        raise EngineUnavailable(f"the engine has no {engine} replay yet (policies/serving/radix.py)")
-    return evictors, pool, scheduler, steptime
+    if not hasattr(scheduler, "run_replay"):
+        raise EngineUnavailable("sitsprof.policies.serving.scheduler has no run_replay entry point yet")
+    return reblock, scheduler, steptime
 
 
 def fixed_step_params(scheduler, steptime, step_time: float, block_tokens: int):
@@ -48,77 +56,106 @@ def fixed_step_params(scheduler, steptime, step_time: float, block_tokens: int):
     return params
 
 
+class _FixedStepModel:
+    params: tuple = ()
+    description = "fixed step (tests)"
+
+    @classmethod
+    def from_calibration(cls, *args, **kwargs):
+        return cls()
+
+
+@contextlib.contextmanager
+def _fixed_steps(scheduler, params):
+    model = type("FixedStepModel", (_FixedStepModel,), {"params": params})
+    saved = scheduler.StepCostModel
+    scheduler.StepCostModel = model
+    try:
+        yield
+    finally:
+        scheduler.StepCostModel = saved
+
+
+def to_reblocked(reblock_mod, requests, block_tokens: int):
+    """The reference's requests as the engine's `Reblocked` (dense ids in order of first
+    appearance; `back` maps a dense id to the reference's content id)."""
+    arrivals = [r.arrival for r in requests]
+    if arrivals != sorted(arrivals):
+        raise ValueError("the engine needs requests in arrival order")
+    dense: dict = {}
+    back: list = []
+    offsets = [0]
+    flat: list = []
+    next_private = [-1]
+    full = []
+    for r in requests:
+        ids = ref._content_ids(r, block_tokens, next_private)
+        for x in ids:
+            if x not in dense:
+                dense[x] = len(back)
+                back.append(x)
+            flat.append(dense[x])
+        offsets.append(len(flat))
+        full.append(min(r.prompt_tokens // block_tokens, len(ids)))
+    prompt = np.asarray([r.prompt_tokens for r in requests], dtype=np.int64)
+    rb = reblock_mod.Reblocked(
+        offsets=np.asarray(offsets, dtype=np.int64), ids=np.asarray(flat, dtype=np.int32),
+        n_full=np.asarray(full, dtype=np.int32), prompt_tokens=prompt,
+        output_tokens=np.asarray([max(1, r.output_tokens) for r in requests], dtype=np.int64),
+        arrival=np.asarray(arrivals, dtype=np.float64), n_shared=len(back), n_ids=len(back),
+        block_tokens=int(block_tokens), ref_ids=np.zeros(0, dtype=np.int32),
+        ref_offsets=np.zeros(len(requests) + 1, dtype=np.int64))
+    return rb, back
+
+
+@functools.cache
 def engine_status(engine: str = "vllm") -> str | None:
     """None when the engine can run these tests, else the reason it cannot."""
     try:
-        _evictors, _pool, scheduler, steptime = _engine_modules(engine)
-        fixed_step_params(scheduler, steptime, 1.0, 16)
+        reblock_mod, scheduler, steptime = _engine_modules()
+        params = fixed_step_params(scheduler, steptime, 1.0, 4)
+        rb, _ = to_reblocked(reblock_mod, [ref.Request(0.0, [0], 4, 1)], 4)
+        with _fixed_steps(scheduler, params):
+            scheduler.run_replay(None, capacity=4, engine=engine, block_tokens=4, reblocked=rb)
     except EngineUnavailable as e:
         return str(e)
+    except Exception as e:  # the engine refuses this engine kind (e.g. sglang not built yet)
+        if getattr(e, "exit_code", None) is not None:
+            return f"the engine refuses --engine {engine}: {e}"
+        raise
     return None
 
 
 def engine_replay(requests, capacity: int, *, block_tokens: int = 16, max_num_batched_tokens: int = 8192,
                   max_num_seqs: int = 256, step_time: float = 1.0, engine: str = "vllm",
                   policy: str = "lru") -> ref.Result:
-    evictors, pool_mod, scheduler, _steptime = _engine_modules(engine)
+    reblock_mod, scheduler, steptime = _engine_modules()
     bt = block_tokens
-    arrivals = [r.arrival for r in requests]
-    if arrivals != sorted(arrivals):
-        raise ValueError("engine_replay needs requests in arrival order")
-    # content ids -> dense ids (first appearance), private blocks numbered as the reference does
-    dense: dict = {}
-    back: list = []
-    offsets = [0]
-    flat: list = []
-    next_private = [-1]
-    for r in requests:
-        for x in ref._content_ids(r, bt, next_private):
-            if x not in dense:
-                dense[x] = len(back)
-                back.append(x)
-            flat.append(dense[x])
-        offsets.append(len(flat))
-    n = len(requests)
-    n_ids = len(back)
-    offsets_a = np.asarray(offsets, dtype=np.int64)
-    ids = np.asarray(flat, dtype=np.int32)
-    prompt = np.asarray([r.prompt_tokens for r in requests], dtype=np.int64)
-    output = np.asarray([max(1, r.output_tokens) for r in requests], dtype=np.int64)
-    n_full = (prompt // bt).astype(np.int32)
-    arrival = np.asarray(arrivals, dtype=np.float64)
-    pid = evictors.POLICY_IDS[policy]
-    S = evictors.new_state(pid, n_ids, capacity)
-    log_cap = max(len(flat) * 2, 16)
-    pool = pool_mod.new_pool(n_ids, len(flat), capacity, log_capacity=log_cap)
-    lat = fixed_step_params(scheduler, _steptime, float(step_time), bt)
-    f = lambda: np.full(n, -1.0)  # noqa: E731
-    t_sched, t_first, t_done = f(), f(), f()
-    hit_blocks = np.full(n, -1, dtype=np.int64)
-    n_preempt = np.zeros(n, dtype=np.int64)
-    status = np.zeros(n, dtype=np.int64)
-    stats = np.zeros(scheduler.N_STATS, dtype=np.int64)
-    end = scheduler.replay(pid, S, pool, offsets_a, ids, n_full, prompt, output, arrival, np.int64(bt),
-                           np.int64(max_num_batched_tokens), np.int64(max_num_seqs), np.int64(0),
-                           np.zeros(1, dtype=np.int32), np.zeros(n + 1, dtype=np.int64),
-                           np.zeros(1, dtype=np.uint8), lat, np.zeros(1, dtype=np.uint64), np.zeros(4),
-                           t_sched, t_first, t_done, hit_blocks, n_preempt, status, stats)
-    pc, ev_log = pool[3], pool[4]
-    n_log = int(pc[pool_mod.LOG_N])
-    assert n_log <= log_cap
+    rb, back = to_reblocked(reblock_mod, requests, bt)
+    params = fixed_step_params(scheduler, steptime, float(step_time), bt)
+    with _fixed_steps(scheduler, params):
+        res = scheduler.run_replay(None, policy=policy, capacity=capacity, engine=engine, block_tokens=bt,
+                                   max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                                   log_evictions=True, reblocked=rb)
+    names = {int(scheduler.DONE): "done", int(scheduler.REJECTED): "rejected"}
     outcomes = []
-    for i in range(n):
+    for i in range(len(requests)):
         o = ref.Outcome(index=i)
-        o.status = {scheduler.DONE: "done", scheduler.REJECTED: "rejected"}.get(int(status[i]), str(status[i]))
-        o.first_scheduled_time = float(t_sched[i])
-        o.first_token_time = float(t_first[i])
-        o.finish_time = float(t_done[i])
-        o.cached_blocks = int(hit_blocks[i])
-        o.preemptions = int(n_preempt[i])
+        o.status = names.get(int(res.status[i]), str(int(res.status[i])))
+        o.first_scheduled_time = float(res.t_sched[i])
+        o.first_token_time = float(res.t_first[i])
+        o.finish_time = float(res.t_done[i])
+        o.cached_blocks = int(res.hit_blocks[i])
+        o.preemptions = int(res.n_preempt[i])
         outcomes.append(o)
-    return ref.Result(requests=outcomes, evictions=[back[int(v)] for v in ev_log[:n_log]],
-                      hit_blocks=int(pc[pool_mod.HIT_BLOCKS]), steps=[], n_steps=int(stats[scheduler.ST_STEPS]),
-                      end_time=float(end), preemptions=int(stats[scheduler.ST_PREEMPTIONS]),
-                      rejected=int(stats[scheduler.ST_REJECTED]))
+    pc, stats = res.pool_counters, res.stats
+    return ref.Result(requests=outcomes, evictions=[back[int(v)] for v in res.evictions_log],
+                      hit_blocks=int(pc[_counter("HIT_BLOCKS")]),
+                      steps=[], n_steps=int(stats[scheduler.ST_STEPS]), end_time=float(res.end_s),
+                      preemptions=int(stats[scheduler.ST_PREEMPTIONS]), rejected=int(stats[scheduler.ST_REJECTED]))
 
 
+def _counter(name: str) -> int:
+    from sitsprof.policies.serving import pool
+
+    return int(getattr(pool, name))
