@@ -71,6 +71,55 @@ def test_hit_capped_at_prompt_minus_one(impl, engine, prompt, expected):
 
 
 # ---------------------------------------------------------------------------------------
+# the schedule: chunked prefill, the token budget, max_num_seqs (one step per second)
+
+
+@pytest.mark.parametrize("impl,engine", BOTH)
+def test_chunked_prefill_over_the_token_budget(impl, engine):
+    # 20 prompt tokens with an 8-token budget: chunks of 8, 8, 4 in steps 0-2, the first token
+    # at the end of step 2, the second output at the end of step 3
+    res = run(impl, [Request(0.0, ["a0", "a1", "a2", "a3", "a4"], 20, 2)], capacity=16, engine=engine,
+              max_num_batched_tokens=8)
+    a = res.requests[0]
+    assert (a.first_scheduled_time, a.first_token_time, a.finish_time) == (0.0, 3.0, 4.0)
+    assert res.n_steps == 4
+
+
+@pytest.mark.parametrize("impl,engine", BOTH)
+def test_running_requests_take_the_budget_first(impl, engine):
+    # budget 8. Step 0: A's 6-token prompt, then 2 tokens of B's 12. Step 1: A's decode token
+    # first, B gets the other 7. Step 2: A's last decode, B's last 3 tokens (its first token).
+    reqs = [Request(0.0, ["a0"], 6, 3), Request(0.0, ["b0", "b1", "b2"], 12, 1)]
+    res = run(impl, reqs, capacity=16, engine=engine, max_num_batched_tokens=8)
+    a, b = res.requests
+    assert (a.first_token_time, a.finish_time) == (1.0, 3.0)
+    assert (b.first_scheduled_time, b.first_token_time, b.finish_time) == (0.0, 3.0, 3.0)
+
+
+@pytest.mark.parametrize("impl,engine", BOTH)
+def test_max_num_seqs_holds_the_waiting_queue(impl, engine):
+    # one sequence at a time: B waits in the queue until A (3 outputs: steps 0-2) finishes
+    reqs = [Request(0.0, ["a0"], 4, 3), Request(0.0, ["b0"], 4, 1)]
+    res = run(impl, reqs, capacity=16, engine=engine, max_num_seqs=1)
+    a, b = res.requests
+    assert a.finish_time == 3.0
+    assert (b.first_scheduled_time, b.finish_time) == (3.0, 4.0)
+
+
+@pytest.mark.parametrize("impl,engine", BOTH)
+def test_arrivals_join_at_the_next_step_and_idle_time_is_skipped(impl, engine):
+    # B arrives mid-step (0.5 s) and is first scheduled at the next step (1 s); C arrives when
+    # nothing runs (10 s): the clock jumps to it
+    reqs = [Request(0.0, ["a0"], 4, 2), Request(0.5, ["b0"], 4, 1), Request(10.0, ["c0"], 4, 1)]
+    res = run(impl, reqs, capacity=16, engine=engine)
+    a, b, c = res.requests
+    assert (a.first_token_time, a.finish_time) == (1.0, 2.0)
+    assert (b.first_scheduled_time, b.finish_time) == (1.0, 2.0)
+    assert (c.first_scheduled_time, c.finish_time) == (10.0, 11.0)
+    assert res.n_steps == 3
+
+
+# ---------------------------------------------------------------------------------------
 # free order, pinning
 
 
