@@ -7,13 +7,17 @@ items; this module knows no policy). ``state = setup(trace)`` is built once per 
 reused by every run on it (the engine's `Prepared` arrays).
 
 - ``jobs=1, cluster=None``: the plain loop in this process.
-- ``jobs=N``: N worker processes (`concurrent.futures.ProcessPoolExecutor`, start method
-  ``forkserver``, ``spawn`` where there is none: never ``fork``, which would copy a
-  process whose numba or BLAS threads may be running). The trace is written once to a
-  temporary folder, one ``.npy`` a column, and every worker maps it (``mmap_mode="c"``:
-  shared pages, writeable views, so the kernels see the same array types as in the serial
-  run and load the same compiled specialisations); a constant column travels as its one
-  value. Nothing of the trace is sent per run.
+- ``jobs=N``: N worker processes (`concurrent.futures.ProcessPoolExecutor`). Start method
+  (`start_method`): ``fork`` on Linux while this process runs only its main thread: a
+  worker then starts in milliseconds with the engine imported, its kernels loaded and the
+  trace shared copy-on-write. Otherwise (a progress-bar or Dask thread running, macOS)
+  ``forkserver``, which imports the engine once (``PRELOAD``) and forks workers from that,
+  or ``spawn``: never ``fork`` beside another thread, which could hold a lock the child
+  inherits locked. There the trace is written once to a temporary folder, one ``.npy`` a
+  column, and every worker maps it (``mmap_mode="c"``: shared pages, writeable views, so
+  the kernels see the same array types as in the serial run and load the same compiled
+  specialisations); a constant column travels as its one value. Nothing of the trace is
+  sent per run.
 - ``cluster=ADDRESS`` (``tcp://host:8786``) or a ``distributed.Client``: the same runs as
   Dask tasks, the trace scattered to every worker once (``broadcast=True``).
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -153,8 +158,8 @@ def head_trace(trace: Trace, references: int = WARM_REFERENCES) -> Trace:
 _WORKER: dict = {}
 
 
-def _worker_init(packed: dict, setup) -> None:
-    trace = unpack_trace(packed)
+def _worker_init(packed, setup) -> None:
+    trace = packed if isinstance(packed, Trace) else unpack_trace(packed)
     _WORKER.update(trace=trace, state=setup(trace) if setup is not None else None)
 
 
@@ -166,9 +171,25 @@ def _worker_run(task, item, shared):
     return task(_WORKER["trace"], _WORKER["state"], item, shared)
 
 
-def _start_method() -> str:
+START_METHODS = ("fork", "forkserver", "spawn")
+PRELOAD = ["sitsprof.policies.sweep"]  # what a forkserver imports once, for every worker it forks
+
+
+def start_method() -> str:
+    """``fork`` on Linux while this process runs no thread but its main one (nothing then holds
+    a lock a child could inherit; no kernel here is ``parallel=True``, so numba starts no
+    threads), else ``forkserver`` (``spawn`` where there is none)."""
     methods = multiprocessing.get_all_start_methods()
+    if sys.platform.startswith("linux") and "fork" in methods and threading.active_count() == 1:
+        return "fork"
     return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _context(method: str):
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":
+        context.set_forkserver_preload(PRELOAD)  # takes effect when this process's forkserver starts
+    return context
 
 
 def _warm(task, setup, trace: Trace, warm_items: Sequence, shared) -> None:
@@ -184,11 +205,15 @@ def _warm(task, setup, trace: Trace, warm_items: Sequence, shared) -> None:
             pass
 
 
-def _pool_map(task, setup, trace, items, shared, jobs, progress, labels, warm_items):
+def _pool_map(task, setup, trace, items, shared, jobs, progress, labels, warm_items, method):
+    method = method or start_method()
+    if method not in START_METHODS:
+        raise ParallelError(f"start method must be one of {', '.join(START_METHODS)}, got {method!r}")
     folder = tempfile.mkdtemp(prefix="sitsprof-sweep-")
     try:
-        packed = pack_trace(trace, folder)
-        context = multiprocessing.get_context(_start_method())
+        context = _context(method)
+        # a forked worker inherits the trace (copy-on-write); others map it from the folder
+        packed = trace if method == "fork" else pack_trace(trace, folder)
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init,
                                  initargs=(packed, setup)) as pool:
             ready = [pool.submit(_worker_ready) for _ in range(jobs)]  # start the workers now...
@@ -267,12 +292,13 @@ def _dask_map(task, setup, trace, items, shared, cluster, progress, labels, warm
 
 def map_runs(task, trace: Trace, items: Sequence, shared=None, *, setup=None, jobs: int = 1, cluster=None,
              progress: Progress | None = None, labels: Sequence[str] | None = None,
-             warm_items: Sequence = ()) -> list:
+             warm_items: Sequence = (), method: str | None = None) -> list:
     """``[task(trace, setup(trace), item, shared) for item in items]``, on `jobs` processes or a
     Dask `cluster`; `task` and `setup` must be module-level functions (they travel by name),
     items, shared and results picklable. `progress(done, total, labels[i])` after each run, in
     this process, in the order runs finish. `warm_items`: items to replay on the trace's head
-    in this process first, so every kernel is compiled (and cached) before workers start."""
+    in this process first, so every kernel is compiled (and cached) before workers start.
+    `method`: the processes' start method (default `start_method()`)."""
     items = list(items)
     if cluster is None and (jobs == 1 or len(items) <= 1):
         state = setup(trace) if setup is not None else None
@@ -284,4 +310,5 @@ def map_runs(task, trace: Trace, items: Sequence, shared=None, *, setup=None, jo
         return results
     if cluster is not None:
         return _dask_map(task, setup, trace, items, shared, cluster, progress, labels, warm_items)
-    return _pool_map(task, setup, trace, items, shared, min(jobs, len(items)), progress, labels, warm_items)
+    return _pool_map(task, setup, trace, items, shared, min(jobs, len(items)), progress, labels, warm_items,
+                     method)

@@ -33,7 +33,6 @@ def _progress():
     return calls, lambda done, total, label: calls.append((done, total, label))
 
 
-@pytest.mark.slow
 def test_processes_match_serial_for_every_policy(trace):
     policies = select_policies("all")
     caps = [50, 400]
@@ -87,9 +86,35 @@ def test_head_trace_is_a_valid_prefix(trace):
 @pytest.mark.slow
 def test_no_worker_compiles_after_the_warm_up(trace):
     # the parent compiles (or loads) each kernel once; workers then only load cached code
+    # (forkserver: the workers do not inherit this process's compiled code, they load the cache)
     items = [("sitsprof.policies.classic.lru", c, {}) for c in (10, 100, 1000)]
-    counts = parallel.map_runs(_compiles_in_run, trace, items, setup=Prepared, jobs=2, warm_items=items[:1])
+    counts = parallel.map_runs(_compiles_in_run, trace, items, setup=Prepared, jobs=2, warm_items=items[:1],
+                               method="forkserver")
     assert counts == [0, 0, 0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_every_start_method_matches_serial(trace, method):
+    items = [(f"sitsprof.policies.classic.{name}", c, {}) for name in ("lru", "arc") for c in (10, 300)]
+    serial = parallel.map_runs(sweep._plain_task, trace, items, setup=Prepared)
+    spread = parallel.map_runs(sweep._plain_task, trace, items, setup=Prepared, jobs=2, method=method)
+    assert _plain(spread) == _plain(serial)
+
+
+def test_start_method_never_forks_beside_a_thread():
+    import threading
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert parallel.start_method() in ("forkserver", "spawn")
+    finally:
+        stop.set()
+        other.join()
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        assert parallel.start_method() == "fork"
 
 
 def _compiles_in_run(trace, prep, item, shared):
