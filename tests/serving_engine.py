@@ -127,13 +127,15 @@ def engine_status(engine: str = "vllm") -> str | None:
 
 
 def engine_replay(requests, capacity: int, *, block_tokens: int = 16, max_num_batched_tokens: int = 8192,
-                  max_num_seqs: int = 256, step_time: float = 1.0, engine: str = "vllm",
+                  max_num_seqs: int = 256, step_time: float | None = 1.0, engine: str = "vllm",
                   policy: str = "lru") -> ref.Result:
+    """`step_time` None: the engine's own step model (default calibration and model, seed 0)."""
     reblock_mod, scheduler, steptime = _engine_modules()
     bt = block_tokens
     rb, back = to_reblocked(reblock_mod, requests, bt)
-    params = fixed_step_params(scheduler, steptime, float(step_time), bt)
-    with _fixed_steps(scheduler, params):
+    fixed = (_fixed_steps(scheduler, fixed_step_params(scheduler, steptime, float(step_time), bt))
+             if step_time is not None else contextlib.nullcontext())
+    with fixed:
         res = scheduler.run_replay(None, policy=policy, capacity=capacity, engine=engine, block_tokens=bt,
                                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                                    log_evictions=True, reblocked=rb)
@@ -159,3 +161,31 @@ def _counter(name: str) -> int:
     from sitsprof.policies.serving import pool
 
     return int(getattr(pool, name))
+
+
+def engine_step_model(block_tokens: int):
+    """The engine's own step model as a reference `step_time` callable: the step's arguments
+    computed from the reference's Step record as SERVING.md defines them, passed to the engine's
+    @njit step function with the model's parameters and seeded state (so a schedule under the
+    real latency model can be compared too)."""
+    _reblock, scheduler, _steptime = _engine_modules()
+    model = scheduler.StepCostModel.from_calibration(None, None, block_tokens, 0)
+    rng = (model.rng_state() if hasattr(model, "rng_state")
+           else np.array([np.uint64(1)], dtype=np.uint64))
+    terms = np.zeros(4)
+    fn = scheduler.step_seconds
+
+    def step_time(step) -> float:
+        prefill, pairs, context, written, table = 0, 0.0, 0, 0, 0
+        for _i, new, before, generated, held, known in step.scheduled:
+            # a prefill chunk: anything but one decode token after every known token is computed
+            if generated == 0 or new > 1 or before + new < known:
+                prefill += new
+                pairs += new * (before + new * 0.5)  # chunk x (prefix before it + chunk / 2)
+            context += before + new  # the KV each scheduled request's attention reads
+            written += new  # tokens whose KV the step writes
+            table += held  # block-table entries
+        return fn(model.params, prefill, pairs, context, written, len(step.scheduled), table, rng, terms)
+
+    step_time.terms = terms
+    return step_time

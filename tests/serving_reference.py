@@ -123,7 +123,9 @@ class Outcome:
 class Step:
     index: int
     start: float
-    scheduled: list  # (request index, tokens, computed tokens before the step)
+    # (request index, tokens, computed tokens before the step, output tokens sampled before the
+    # step, blocks in its table once the step's blocks are allocated, prompt + outputs known)
+    scheduled: list
     n_running: int
 
 
@@ -566,8 +568,8 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
         index = n_steps
         n_steps += 1
         if record_steps or callable(step_time):
-            step = Step(index=index, start=now, scheduled=[(q.i, n, c) for q, n, c in scheduled],
-                        n_running=len(running))
+            step = Step(index=index, start=now, n_running=len(running),
+                        scheduled=[(q.i, n, c, q.generated, len(q.table), q.num_tokens) for q, n, c in scheduled])
             if record_steps:
                 steps.append(step)
             now += step_time(step) if callable(step_time) else step_time

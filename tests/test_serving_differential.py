@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import serving_reference as ref
-from serving_engine import engine_replay, engine_status
+from serving_engine import engine_replay, engine_status, engine_step_model
 
 ROOT = Path(__file__).resolve().parent.parent
 MOONCAKE_PATHS = (ROOT / "policies" / "data" / "mooncake_conversation.jsonl.xz",
@@ -140,3 +140,21 @@ def test_engine_reblock_equals_the_reference_reblock():
             for k, x in enumerate(q.blocks):  # a bijection between the two namings
                 assert to_dense.setdefault(x, int(rb.ids[lo + k])) == int(rb.ids[lo + k])
         assert len(set(to_dense.values())) == len(to_dense)
+
+
+@pytest.mark.parametrize("n,bt,capacity", [(2000, 64, 3000)])
+def test_mooncake_under_the_engine_step_model(n, bt, capacity):
+    """The same, with the engine's own step latency model instead of a fixed step: the
+    reference computes each step's arguments (prefill tokens, attention pairs, context, KV
+    written, sequences, block-table entries) from its own schedule as SERVING.md defines them
+    and calls the engine's step function; the schedules still agree to the last bit."""
+    reason = engine_status("vllm")
+    if reason:
+        pytest.skip(reason)
+    requests = ref.reblock_records(_mooncake_records(n), bt)
+    step = engine_step_model(bt)
+    a = ref.replay(requests, capacity, block_tokens=bt, step_time=step, duplicates="single")
+    b = engine_replay(requests, capacity, block_tokens=bt, step_time=None)
+    diff = _first_difference(a, b)
+    assert diff is None, diff
+    assert a.preemptions > 0 and len({round(o.finish_time - o.first_token_time, 9) for o in a.requests}) > 100
