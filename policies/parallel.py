@@ -214,10 +214,13 @@ def _pool_map(task, setup, trace, items, shared, jobs, progress, labels, warm_it
         context = _context(method)
         # a forked worker inherits the trace (copy-on-write); others map it from the folder
         packed = trace if method == "fork" else pack_trace(trace, folder)
+        if method == "fork":  # compile before forking: every worker inherits the compiled code
+            _warm(task, setup, trace, warm_items, shared)
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init,
                                  initargs=(packed, setup)) as pool:
             ready = [pool.submit(_worker_ready) for _ in range(jobs)]  # start the workers now...
-            _warm(task, setup, trace, warm_items, shared)  # ...while this process compiles or loads kernels
+            if method != "fork":  # ...while this process compiles (and caches) or loads the kernels
+                _warm(task, setup, trace, warm_items, shared)
             for f in ready:
                 f.result()
             futures = {pool.submit(_worker_run, task, item, shared): i for i, item in enumerate(items)}

@@ -117,6 +117,39 @@ def test_start_method_never_forks_beside_a_thread():
         assert parallel.start_method() == "fork"
 
 
+COLD_CACHE_SCRIPT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from sitsprof.policies import parallel
+from sitsprof.policies.engine.replay import Prepared
+from sitsprof.policies.traces import generator
+from test_parallel import _compiles_in_run
+
+trace = generator.generate_workload(seed=3, duration_s=20)
+items = [("sitsprof.policies.classic.fifo", c, {}) for c in (10, 100, 1000)]
+for method in ("fork", "forkserver"):
+    counts = parallel.map_runs(_compiles_in_run, trace, items, setup=Prepared, jobs=2, warm_items=items[:1],
+                               method=method)
+    print(method, counts)
+"""
+
+
+@pytest.mark.slow
+def test_a_cold_cache_compiles_in_the_parent_only(tmp_path):
+    # a fresh numba cache: the parent's warm-up compiles; forked workers inherit the code, a
+    # forkserver's workers load what the warm-up cached; no worker compiles
+    import os
+    import subprocess
+    from pathlib import Path
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    out = subprocess.run([sys.executable, "-c", COLD_CACHE_SCRIPT, str(Path(__file__).parent)], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["fork [0, 0, 0]", "forkserver [0, 0, 0]"]
+    assert any((tmp_path / "numba-cache").rglob("*.nbc"))  # the warm-up did compile, into the fresh cache
+
+
 def _compiles_in_run(trace, prep, item, shared):
     from sitsprof.policies.engine.compiling import watch_compiles
 
