@@ -148,10 +148,14 @@ class Result:
 class VllmPool:
     """BlockPool + free queue (LRU), physical blocks 0..capacity-1."""
 
-    def __init__(self, capacity: int, duplicates: str = "vllm"):
+    def __init__(self, capacity: int, duplicates: str = "vllm", fresh_first: bool = True):
         if duplicates not in ("vllm", "single"):
             raise ValueError(duplicates)
         self.capacity = capacity
+        # True: BlockPool.free_blocks as vLLM has it now (a freed block without a hash goes to the
+        # queue's head); False: as the design doc's example shows it (every freed block appended
+        # to the tail, so an uncached freed block waits its turn behind cached ones)
+        self.fresh_first = fresh_first
         self.duplicates = duplicates
         self.ref = [0] * capacity
         self.content: list = [None] * capacity  # the block hash (content id) once cached
@@ -201,6 +205,10 @@ class VllmPool:
             else:
                 p, _ = self.lru.popitem(last=False)
                 x = self.content[p]
+                if x is None:  # an uncached block in the one-queue order: nothing to evict
+                    self.ref[p] = 1
+                    out.append(p)
+                    continue
                 copies = self.cached[x]
                 del copies[p]
                 if not copies:
@@ -226,7 +234,7 @@ class VllmPool:
         for p in reversed(phys):
             self.ref[p] -= 1
             if self.ref[p] == 0:
-                if self.content[p] is None:
+                if self.content[p] is None and self.fresh_first:
                     self.fresh.appendleft(p)
                 else:
                     self.lru[p] = None
@@ -426,7 +434,7 @@ def _content_ids(req: Request, block_tokens: int, next_private: list) -> list:
 def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16,
            max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
            step_time: float | Callable[[Step], float] = 1.0, engine: str = "vllm",
-           duplicates: str = "vllm", record_steps: bool = False,
+           duplicates: str = "vllm", fresh_first: bool = True, record_steps: bool = False,
            observe: Callable | None = None) -> Result:
     """Replay `requests` (in arrival order, ties by index) through the engine's rules.
 
@@ -434,7 +442,7 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
     and the running requests (objects with `.i`, `.table`, `.ids`, `.registered`), for tests of
     invariants."""
     if engine == "vllm":
-        pool = VllmPool(capacity, duplicates)
+        pool = VllmPool(capacity, duplicates, fresh_first)
     elif engine == "sglang":
         pool = RadixPool(capacity)
     else:

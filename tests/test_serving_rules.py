@@ -241,6 +241,36 @@ def test_request_exactly_the_pool_is_served():
 
 
 # ---------------------------------------------------------------------------------------
+# vLLM's design doc example (docs/design/prefix_caching.md, "Example": 10 blocks of 4 tokens)
+
+
+def _doc_example():
+    # Request 0: 15 prompt tokens (3 full blocks + 3 tokens), decodes into a fifth block and
+    # finishes at Time 5; Request 1: 14 prompt tokens, the first 10 as request 0's, so only 2
+    # blocks hit; Request 2 (Time 7): 29 prompt tokens, the first 12 as request 0's: 3 blocks hit
+    return [Request(0.0, ["r0b0", "r0b1", "r0b2"], 15, 5), Request(3.0, ["r0b0", "r0b1", "r1b2"], 14, 2),
+            Request(10.0, ["r0b0", "r0b1", "r0b2", "r2b3", "r2b4", "r2b5", "r2b6"], 29, 1)]
+
+
+def test_vllm_design_doc_example_as_the_doc_draws_it():
+    # the doc's free queue after both finish is 7-8-9-4-3-2-6-5-1-0 (every freed block appended,
+    # tail first); request 2 touches 0, 1, 2 and takes 7, 8, 9, 4 and 3: block 3 (request 0's
+    # decode-filled fourth block) is the one evicted
+    res = ref.replay(_doc_example(), 10, block_tokens=BT, fresh_first=False)
+    assert [o.cached_blocks for o in res.requests] == [0, 2, 3]
+    assert res.evictions == [-1]  # the reference's first private id: request 0's fourth block
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_vllm_design_doc_example_with_todays_free_order(impl):
+    # today's BlockPool.free_blocks puts freed blocks without a hash (4 and 6) at the queue's
+    # head, so request 2 takes 6, 4, 7, 8, 9 and evicts nothing
+    res = run(impl, _doc_example(), capacity=10)
+    assert [o.cached_blocks for o in res.requests] == [0, 2, 3]
+    assert res.evictions == []
+
+
+# ---------------------------------------------------------------------------------------
 # SGLang radix cache: only unlocked leaves are evicted
 
 
