@@ -19,6 +19,7 @@ import time
 
 from sitsprof.collectors.errors import CollectorError, WorkloadFailed
 from sitsprof.collectors.rundir import RunDirectory
+from sitsprof.common.signals import signals_deferred
 
 
 def _start_child() -> None:  # pragma: no cover - runs in the child
@@ -68,19 +69,26 @@ def _run_workload(command, duration_s, grace_s: float = 5.0) -> dict:
     if not command:
         time.sleep(duration_s)
         return {"exit_code": None, "timed_out": False, "seconds": time.monotonic() - started}
-    try:
-        child = subprocess.Popen(command, preexec_fn=_start_child)
-    except OSError as exc:
-        raise CollectorError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
+    child = None
     timed_out = False
     try:
+        # Signals wait until Popen returns: with preexec_fn, Python runs fork hooks in this
+        # process, and an exception a handler raises inside one is printed and swallowed, so a
+        # SIGTERM landing there was lost and the run went on. Held, it is delivered on leaving
+        # the block, where `child` is known and is stopped with us.
+        with signals_deferred():
+            try:
+                child = subprocess.Popen(command, preexec_fn=_start_child)
+            except OSError as exc:
+                raise CollectorError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
         child.wait(timeout=duration_s)
     except subprocess.TimeoutExpired:
         timed_out = True
         _end(child, grace_s)
     except BaseException:
         # interrupted (Ctrl-C, SIGTERM): take the workload down with us, its children too
-        _end(child, grace_s)
+        if child is not None:
+            _end(child, grace_s)
         raise
     return {"exit_code": child.returncode, "timed_out": timed_out, "seconds": time.monotonic() - started,
             "pid": child.pid}

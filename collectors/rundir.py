@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sitsprof.collectors.errors import DamagedTableError, DiskFullError, RunDirectoryError, RunWriteError
+from sitsprof.common import jsonout
 from sitsprof.common.atomic import atomic_write
 from sitsprof.common.errors import SitsprofError
 from sitsprof.common.signals import Terminated, signals_deferred
@@ -210,7 +211,7 @@ class RunDirectory:
 
     def _write_meta(self) -> None:
         with self._lock:
-            text = json.dumps(self.meta, indent=2, sort_keys=False, default=str) + "\n"
+            text = jsonout.dumps(self.meta, indent=2, sort_keys=False, default=str) + "\n"
             self._atomic(self.path / META, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
     def update_meta(self, **fields) -> None:

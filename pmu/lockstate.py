@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from sitsprof.common import jsonout
 from sitsprof.common.atomic import atomic_write_text
 from sitsprof.pmu.errors import PmuError
 
@@ -73,7 +74,7 @@ def state_path(uuid: str) -> Path:
 def write_state(path: Path, record: dict) -> None:
     """Write a lock record (atomically: a reader sees the old record or the new one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(record, indent=2))
+    atomic_write_text(path, jsonout.dumps(record, indent=2))
 
 
 # -- who is this process ----------------------------------------------------------------

@@ -224,3 +224,34 @@ def test_error_in_meta_json_is_readable(fake_gpu, tmp_path, exc, text):
     meta = open_run(tmp_path / "r").meta
     assert meta["status"] == "interrupted" and meta["error"] == text
     assert Terminated(signal.SIGTERM).code == 143  # the exit status stays 128 + N
+
+
+_SIGNAL_IN_FORK_HOOK = {"armed": False}
+
+
+def _sigterm_in_fork_hook():
+    """Runs in the parent right after every fork: sends SIGTERM to this process once, when armed."""
+    if _SIGNAL_IN_FORK_HOOK["armed"]:
+        _SIGNAL_IN_FORK_HOOK["armed"] = False
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+os.register_at_fork(after_in_parent=_sigterm_in_fork_hook)
+
+
+def test_sigterm_while_the_workload_is_forked_is_not_lost():
+    """12.4 (found by tests/fault_injection.py): a SIGTERM landing while Popen forks the
+    workload was raised inside Python's fork hooks, printed as 'Exception ignored' and
+    swallowed, so the run went on and exited 0. Now it is held over the fork and delivered
+    once Popen returns: the workload is stopped and Terminated reaches the caller."""
+    from sitsprof.common.signals import terminate_raises
+
+    started = time.monotonic()
+    with terminate_raises():
+        _SIGNAL_IN_FORK_HOOK["armed"] = True
+        try:
+            with pytest.raises(Terminated):
+                record_module._run_workload(["sleep", "30"], duration_s=30, grace_s=2)
+        finally:
+            _SIGNAL_IN_FORK_HOOK["armed"] = False
+    assert time.monotonic() - started < 10  # the 30 s workload was stopped, not waited for
