@@ -633,3 +633,25 @@ def reblock_records(records: Sequence[dict], block_tokens: int = 16, trace_block
         out.append(Request(arrival=float(rec["timestamp"]) * time_scale, blocks=ids, prompt_tokens=p,
                            output_tokens=max(1, int(rec.get("output_length", 1)))))
     return out
+
+
+def random_case(rng):
+    """A small random workload: prompts that branch off a few shared prefixes, tiny pools,
+    budgets and sequence limits, so preemption chains, blocked admissions, chunking and
+    rejections all happen within a few requests."""
+    bt = int(rng.choice([1, 2, 4]))
+    n = int(rng.integers(2, 12))
+    t = 0.0
+    requests = []
+    for i in range(n):
+        t += float(rng.choice([0.0, 0.0, 0.5, 1.0, 3.0]))
+        root = int(rng.integers(0, 3))
+        shared = int(rng.integers(0, 5))
+        prompt = int(rng.integers(1, 9 * bt))
+        full = prompt // bt
+        ids = [f"s{root}.{k}" if k < shared else f"r{i}.{k}" for k in range(full)]
+        requests.append(Request(t, ids, prompt, int(rng.integers(1, 8))))
+    knobs = dict(block_tokens=bt, max_num_batched_tokens=int(rng.integers(1, 5 * bt + 2)),
+                 max_num_seqs=int(rng.integers(1, 5)), step_time=float(rng.choice([1.0, 0.25])))
+    capacity = int(rng.integers(1, 14))
+    return requests, capacity, knobs

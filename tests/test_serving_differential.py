@@ -158,3 +158,23 @@ def test_mooncake_under_the_engine_step_model(n, bt, capacity):
     diff = _first_difference(a, b)
     assert diff is None, diff
     assert a.preemptions > 0 and len({round(o.finish_time - o.first_token_time, 9) for o in a.requests}) > 100
+
+
+def test_random_small_workloads_engine_equals_reference():
+    import numpy as np
+
+    reason = engine_status("vllm")
+    if reason:
+        pytest.skip(reason)
+    rng = np.random.default_rng(11)
+    exercised = {"preempted": 0, "rejected": 0, "evicted": 0}
+    for case in range(300):
+        requests, capacity, knobs = ref.random_case(rng)
+        a = ref.replay(requests, capacity, duplicates="single", **knobs)
+        b = engine_replay(requests, capacity, **knobs)
+        diff = _first_difference(a, b)
+        assert diff is None, f"case {case} (capacity {capacity}, {knobs}, {requests}): {diff}"
+        exercised["preempted"] += a.preemptions > 0
+        exercised["rejected"] += a.rejected > 0
+        exercised["evicted"] += len(a.evictions) > 0
+    assert min(exercised.values()) >= 20, exercised

@@ -342,3 +342,32 @@ def test_vllm_keeps_duplicate_cached_copies():
         assert [o.cached_blocks for o in res.requests] == [0, 1, 0, 1]
     assert v.evictions[:2] == ["s1", "s1"]
     assert s.evictions[:1] == ["s1"] and s.evictions[1:2] != ["s1"]
+
+
+def test_radix_reference_invariants_on_random_workloads():
+    # small random workloads (preemptions, blocked admissions, chunking) through the radix
+    # reference, checked after every step: locks count their holders, no other node is locked,
+    # slots never exceed the pool, every node's parent holds it as a child
+    import numpy as np
+
+    def observe(pool, running):
+        holders: dict = {}
+        for q in running:
+            for kind, x in q.table:
+                if kind == "node":
+                    holders[x] = holders.get(x, 0) + 1
+        for x, n in holders.items():
+            assert pool.nodes[x].lock == n
+        assert len(pool.nodes) - pool.n_unlocked == len(holders)
+        assert len(pool.nodes) + pool.n_private <= pool.capacity
+        for x, node in pool.nodes.items():
+            assert node.parent is ref._ROOT or x in pool.nodes[node.parent].children
+
+    rng = np.random.default_rng(5)
+    preempted = 0
+    for _ in range(400):
+        requests, capacity, knobs = ref.random_case(rng)
+        res = ref.replay(requests, capacity, engine="sglang", observe=observe, **knobs)
+        assert all(o.status in ("done", "rejected") for o in res.requests)
+        preempted += res.preemptions > 0
+    assert preempted > 50
