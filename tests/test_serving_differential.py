@@ -12,7 +12,19 @@ requests queue, get preempted and are rejected, so every rule is exercised.
 
 The reference uses `duplicates="single"`, the engine's stated rule (pool.py: one cached copy
 per block id; vLLM itself would keep both copies of a block that two requests computed at
-once, test_serving_rules.test_vllm_keeps_duplicate_cached_copies).
+once, test_serving_rules.test_vllm_keeps_duplicate_cached_copies; on the Mooncake cases here
+the two rules give the same hits and evictions).
+
+`--engine sglang` runs the same scheduler with serving_reference.RadixPool, whose rules the
+engine's radix cache has to share for these tests to pass: a block enters the tree when it
+fills (prompt and decode blocks alike, at scheduling time, as the vLLM pool registers them);
+a block that is already in the tree is not duplicated (the request's copy is freed, it locks
+the tree's node); every node a running request holds is locked (lock count per holder); the
+victim is the unlocked leaf with the oldest access, where access is stamped (one tick per
+node, root to leaf) on a request's hit path at admission, on a block when it enters the tree,
+and on the whole path of a request when it finishes (not when it is preempted); a parent
+becomes a candidate when its last child goes. Until the engine has it, those cases skip with
+the engine's own refusal.
 """
 from __future__ import annotations
 
