@@ -291,8 +291,67 @@ def generate_cmd(out, seed, duration_s, scale, kind) -> None:
                f"{trace.n_blocks:,} distinct blocks")
 
 
+REPLAY_POLICIES = "lru"
+
+
+def _keep_trace_block_tokens(ctx, param, value):
+    if value is not None:
+        ctx.meta.setdefault(TRACE_READ_KEY, {})["block_tokens"] = value
+    return value
+
+
+@click.command("replay")
+@click.argument("trace_path", metavar="TRACE")
+@click.option("--engine", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True,
+              help="Prefix-cache rules: vLLM v1's block pool, or SGLang's radix cache.")
+@click.option("--policy", "-p", "policy_text", default=REPLAY_POLICIES, show_default=True,
+              help="Comma-separated policies ordering the evictable blocks: lru (vLLM's own order), fifo, sieve, "
+                   "s3fifo, arc.")
+@click.option("--capacity", "-c", "capacity_text", default="10%", show_default=True,
+              help="Comma-separated pool sizes in KV blocks (100k) or % of the re-blocked trace's distinct blocks.")
+@click.option("--block-tokens", "kv_block_tokens", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Tokens per KV block of the replay; must divide the trace's block size (Mooncake: 512).")
+@click.option("--trace-block-tokens", type=click.IntRange(min=1), default=None, expose_value=False,
+              callback=_keep_trace_block_tokens, help="Tokens per block of the trace file (default: the format's).")
+@click.option("--rate-scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Multiply the arrival rate (2 = twice the requests per second; 1e-6 = no overlap).")
+@click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
+              help="Token budget per scheduler step.")
+@click.option("--max-num-seqs", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Most requests running at once.")
+@click.option("--calibration", default=None,
+              help="Calibration JSON for the step time model (default: the shipped hopper-published reference, "
+                   "not measured).")
+@click.option("--model", "model_name", default=None, help="Model preset for the step time model (default qwen2-72b).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the step model's sampled re-fetch delays.")
+@click.option("--skip-bad-lines", is_flag=True, help="Drop malformed lines instead of stopping at the first.")
+@click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES, case_sensitive=False), default=None,
+              help="Trace format (default: from the file name, else from its content).")
+@click.option("--json", "as_json", is_flag=True, help="Print one policy-results JSON document (its 'replay' list).")
+def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, rate_scale, max_num_batched_tokens,
+               max_num_seqs, calibration, model_name, seed, skip_bad_lines, fmt, as_json) -> None:
+    """Serve TRACE's requests through a serving engine: arrivals at their timestamps, continuous batching,
+    chunked prefill, the engine's prefix-cache rules, the policy ordering the evictable blocks."""
+    from sitsprof.policies.serving.summary import replay_document, replay_table
+
+    trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
+    doc = replay_document(trace, trace_path, fmt, engine=engine, policies=policy_text, capacities=capacity_text,
+                          block_tokens=kv_block_tokens, rate_scale=rate_scale,
+                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                          calibration=calibration, model=model_name, seed=seed)
+    if as_json:
+        emit_json(doc)
+        return
+    console = stdout_console()
+    console.print(replay_table(doc))
+    for row in doc["replay"]:
+        for line in row["warnings"]:
+            click.echo(f"sitsprof: warning: {row['policy']} at {row['capacity']:,}: {line}", err=True)
+
+
 policy_group = click.Group(
-    "policy", commands=[simulate_cmd, mrc_cmd, list_cmd, generate_cmd, serve_metrics, claims_cmd],
+    "policy", commands=[simulate_cmd, mrc_cmd, list_cmd, generate_cmd, serve_metrics, claims_cmd,
+              replay_cmd],
     help="Replay KV-cache block traces through replacement policies (LRU, ARC, LIRS, ...).",
 )
 

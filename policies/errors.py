@@ -40,3 +40,8 @@ class CostModelError(PolicyEngineError):
 
 class EmbedderError(PolicyEngineError):
     """A prompt embedder that cannot be had: unknown spec, package not installed, no local model."""
+
+
+class ServingReplayError(PolicyEngineError):
+    """Serving-replay options that cannot be replayed: a block size the trace cannot be
+    re-blocked to, a policy without an incremental form, an impossible engine setting."""

@@ -216,7 +216,42 @@ def check_results(payload: Any, where: str) -> Any:
         problem = _curves_problem(payload.get("curves"))
         if problem is not None:
             raise PolicyResultsError(f"{where}: {problem} (as `sitsprof policy mrc --json` writes)")
+        problem = _replay_problem(payload.get("replay"))
+        if problem is not None:
+            raise PolicyResultsError(f"{where}: {problem} (as `sitsprof policy replay --json` writes)")
     return payload
+
+
+#: what every `replay` entry carries (docs/policy-results.md, "Serving replay")
+REPLAY_KEYS = ("engine", "policy", "capacity", "ttft_p50_ms", "ttft_p99_ms", "block_hit_ratio", "prefix_hit_ratio")
+
+
+def _replay_problem(replay) -> str | None:
+    """What is wrong with the optional `replay` (serving-engine replays), or None."""
+    if replay is None:
+        return None
+    if not isinstance(replay, list):
+        return "replay must be a list of serving replays"
+    for i, row in enumerate(replay):
+        if not isinstance(row, dict):
+            return f"replay[{i}] must be an object"
+        for key in REPLAY_KEYS:
+            if key not in row:
+                return f"replay[{i}] has no {key!r}"
+        if not isinstance(row["capacity"], int) or isinstance(row["capacity"], bool) or row["capacity"] < 1:
+            return f"replay[{i}].capacity must be a block count >= 1"
+        for key in ("block_hit_ratio", "prefix_hit_ratio"):
+            v = row[key]
+            if v is not None and (not _is_number(v) or not 0 <= v <= 1):
+                return f"replay[{i}].{key} must be a ratio in [0, 1], got {str(v)[:40]!r}"
+        cdf = row.get("ttft_cdf_ms", [])
+        if not isinstance(cdf, list) or any(v is not None and not _is_number(v) for v in cdf):
+            return f"replay[{i}].ttft_cdf_ms must be a list of numbers (ms at percentiles 0..100)"
+        series = row.get("series", [])
+        if not isinstance(series, list) or any(not isinstance(w, dict) or not _is_number(w.get("time_s"))
+                                               for w in series):
+            return f"replay[{i}].series must be a list of objects with time_s"
+    return None
 
 
 def _curves_problem(curves) -> str | None:

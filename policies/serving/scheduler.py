@@ -1,0 +1,472 @@
+"""vLLM v1-style scheduling steps over the block pool, the whole replay in one numba call.
+
+Each step (vLLM v1 `Scheduler.schedule`, FCFS):
+1. Requests that arrived by now (trace time / rate scale) join the back of the waiting queue;
+   one that needs more blocks than the pool has (ceil((prompt + output - 1) / block_tokens),
+   the KV it holds at its end) is REJECTED: counted, never scheduled.
+2. Running requests, oldest first, each get their next tokens: the rest of the prompt (and of
+   any output recomputed after a preemption), chunked to the step's token budget
+   (`max_num_batched_tokens`), else one decode token. Their new blocks are allocated; when
+   the pool cannot give them, the newest running request is preempted (recompute: its blocks
+   freed tail first, it goes back to the FRONT of the waiting queue with its computed tokens
+   reset; tokens it generated are kept and recomputed as prompt) until it can, or until the
+   request itself was the one preempted.
+3. Unless step 2 preempted, waiting requests are admitted in order while fewer than
+   `max_num_seqs` run and budget is left: each looks up its cached prefix (pool.lookup), and
+   is admitted when its hit blocks are pinned and its first chunk's new blocks allocated;
+   the first that cannot be is left at the front and admission stops for this step.
+4. The step takes `step_seconds(...)` (latency.py); then every scheduled request's computed
+   tokens advance; one that has computed all its known tokens samples one more output
+   token (the first one is its TTFT); one with all `output_tokens` finishes and frees its
+   blocks tail first.
+When nothing runs and nothing waits, the clock jumps to the next arrival.
+
+`mode` 1 is the all-evictable check (no pinning, no prefix rule): a request's lookup at its
+first scheduling serves its trace references one by one as the whole-trace kernels do (a hit
+is an evictor hit; a miss takes a slot, evicting when full, and caches the block), every block
+evictable at once; the request then holds no blocks. With `--rate-scale 1e-6` (one request at
+a time) the cache is then the kernel's, hit for hit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+from ..errors import ServingReplayError as ReplayError
+from .evictors import ev_admit, ev_hit, ev_miss, ev_pin, ev_unpin
+from .pool import (
+    CAPACITY,
+    HIT_BLOCKS,
+    LOOKUP_BLOCKS,
+    N_CACHED,
+    N_EVICTABLE,
+    N_PRIVATE,
+    allocate,
+    available,
+    evictable_among,
+    lookup,
+    note_pinned,
+    register,
+    release,
+    take_slot,
+    touch,
+)
+
+try:  # S3's step latency model; the placeholder keeps its interface until it exists
+    from .latency import StepCostModel, step_seconds  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - depends on another engineer's module
+    from .steptime import StepCostModel, step_seconds
+
+# per-request status
+WAITING, RUNNING, DONE, REJECTED, FUTURE = 0, 1, 2, 3, 4
+# counters in `stats`
+(ST_STEPS, ST_PREEMPTIONS, ST_REJECTED, ST_POOL_BLOCKED, ST_PEAK_WAITING, ST_PEAK_RUNNING, ST_TOKENS,
+ ST_PREFILL_TOKENS, ST_HIT_TOKENS, ST_PROMPT_TOKENS) = range(10)
+N_STATS = 16
+
+
+@njit(cache=True)
+def _ceil_div(a, b):
+    return (a + b - 1) // b
+
+
+@njit(cache=True)
+def replay(pid, S, pool, offsets, ids, n_full, prompt, output, arrival, bt, max_batched, max_seqs, mode,
+           ref_ids, ref_off, ref_hit, lat_params, rng_state, terms,
+           t_sched, t_first, t_done, hit_blocks, n_preempt, status, stats):
+    ref, cached, kind, pc, ev_log = pool
+    n = prompt.shape[0]
+    capacity = pc[CAPACITY]
+    comp = np.zeros(n, dtype=np.int64)  # tokens computed (KV written)
+    gen = np.zeros(n, dtype=np.int64)  # output tokens sampled
+    held = np.zeros(n, dtype=np.int64)  # blocks in the request's table
+    reg = np.zeros(n, dtype=np.int64)  # blocks registered full
+    # waiting: a double-ended ring of request ids (each at most once)
+    wq = np.empty(n + 1, dtype=np.int64)
+    wh = 0
+    wn = 0
+    run = np.empty(n, dtype=np.int64)
+    n_run = 0
+    sched = np.zeros(n, dtype=np.int64)  # tokens scheduled this step, by running slot
+    for r in range(n):
+        status[r] = FUTURE
+        t_sched[r] = -1.0
+        t_first[r] = -1.0
+        t_done[r] = -1.0
+        hit_blocks[r] = -1
+    now = 0.0
+    nxt = 0
+    done = 0
+    while done < n:
+        # 1. arrivals
+        while nxt < n and arrival[nxt] <= now:
+            need = offsets[nxt + 1] - offsets[nxt]
+            if mode == 0 and need > capacity:
+                status[nxt] = REJECTED
+                stats[ST_REJECTED] += 1
+                done += 1
+            else:
+                status[nxt] = WAITING
+                wq[(wh + wn) % (n + 1)] = nxt
+                wn += 1
+            nxt += 1
+        if wn > stats[ST_PEAK_WAITING]:
+            stats[ST_PEAK_WAITING] = wn
+        if n_run == 0 and wn == 0:
+            if nxt >= n:
+                break
+            now = arrival[nxt]
+            continue
+        budget = max_batched
+        # 2. running requests
+        preempted = False
+        i = 0
+        while i < n_run and budget > 0:
+            r = run[i]
+            b0 = offsets[r]
+            new = prompt[r] + gen[r] - comp[r]
+            if new > budget:
+                new = budget
+            if mode == 0:
+                need = _ceil_div(comp[r] + new, bt) - held[r]
+                scheduled = True
+                while need > 0 and available(pc) < need:
+                    v = run[n_run - 1]
+                    n_run -= 1
+                    release(pid, S, ids, offsets[v], held[v], ref, kind, pc)
+                    held[v] = 0
+                    reg[v] = 0
+                    comp[v] = 0
+                    status[v] = WAITING
+                    wh = (wh - 1) % (n + 1)
+                    wq[wh] = v
+                    wn += 1
+                    n_preempt[v] += 1
+                    stats[ST_PREEMPTIONS] += 1
+                    preempted = True
+                    if v == r:
+                        scheduled = False
+                        break
+                if not scheduled:
+                    break
+                if need > 0:
+                    allocate(pid, S, ids, b0, held[r], held[r] + need, cached, kind, pc, ev_log)
+                    held[r] += need
+                full = (comp[r] + new) // bt
+                if full > reg[r]:
+                    register(pid, S, ids, b0, reg[r], full, ref, cached, kind, pc)
+                    reg[r] = full
+                note_pinned(pc)
+            sched[i] = new
+            budget -= new
+            i += 1
+        n_sched = i
+        # 3. waiting requests
+        if not preempted:
+            while wn > 0 and n_run < max_seqs and budget > 0:
+                r = wq[wh]
+                b0 = offsets[r]
+                known = prompt[r] + gen[r]
+                first = t_sched[r] < 0
+                if mode == 1:
+                    hits = 0
+                    if first:
+                        lead = True
+                        for j in range(ref_off[r], ref_off[r + 1]):
+                            x = ref_ids[j]
+                            if cached[x]:
+                                ref_hit[j] = 1
+                                ev_hit(pid, S, x)
+                                ev_pin(pid, S, x)
+                                ev_unpin(pid, S, x)
+                                if lead:
+                                    hits += 1
+                            else:
+                                ref_hit[j] = 0
+                                lead = False
+                                ev_miss(pid, S, x)
+                                take_slot(pid, S, cached, pc, ev_log)
+                                cached[x] = 1
+                                pc[N_CACHED] += 1
+                                pc[N_PRIVATE] -= 1
+                                ev_admit(pid, S, x)
+                                ev_unpin(pid, S, x)
+                                pc[N_EVICTABLE] += 1
+                        if hits * bt > known - 1:
+                            hits = (known - 1) // bt
+                    new = known - hits * bt
+                    if new > budget:
+                        new = budget
+                else:
+                    hits = lookup(ids, b0, (known - 1) // bt, cached)
+                    new = known - hits * bt
+                    if new > budget:
+                        new = budget
+                    total = _ceil_div(hits * bt + new, bt)
+                    need = total - hits
+                    if available(pc) - evictable_among(ids, b0, hits, ref) < need:
+                        stats[ST_POOL_BLOCKED] += 1
+                        break
+                    touch(pid, S, ids, b0, hits, ref, kind, pc)
+                    allocate(pid, S, ids, b0, hits, total, cached, kind, pc, ev_log)
+                    held[r] = total
+                    reg[r] = hits
+                    full = (hits * bt + new) // bt
+                    if full > hits:
+                        register(pid, S, ids, b0, hits, full, ref, cached, kind, pc)
+                        reg[r] = full
+                    note_pinned(pc)
+                    pc[HIT_BLOCKS] += hits
+                    pc[LOOKUP_BLOCKS] += (known - 1) // bt
+                if first:
+                    t_sched[r] = now
+                    hit_blocks[r] = hits
+                    stats[ST_HIT_TOKENS] += hits * bt
+                    stats[ST_PROMPT_TOKENS] += prompt[r]
+                comp[r] = hits * bt
+                wh = (wh + 1) % (n + 1)
+                wn -= 1
+                status[r] = RUNNING
+                run[n_run] = r
+                sched[n_run] = new
+                n_run += 1
+                n_sched = n_run
+                budget -= new
+        if n_sched == 0:
+            # nothing could be scheduled (cannot happen with a non-empty pool); avoid a spin
+            if nxt < n:
+                now = max(now, arrival[nxt])
+                continue
+            break
+        if n_run > stats[ST_PEAK_RUNNING]:
+            stats[ST_PEAK_RUNNING] = n_run
+        # 4. the step
+        prefill = 0
+        pairs = 0.0
+        context = 0
+        table = 0
+        for i in range(n_sched):
+            r = run[i]
+            new = sched[i]
+            c = comp[r]
+            if c + new < prompt[r] + gen[r] or new > 1 or gen[r] == 0:
+                prefill += new
+                pairs += new * (c + new * 0.5)
+            context += c + new
+            table += held[r]
+        tok = max_batched - budget
+        dt = step_seconds(lat_params, prefill, pairs, context, tok, n_sched, table, rng_state, terms)
+        now += dt
+        stats[ST_STEPS] += 1
+        stats[ST_TOKENS] += tok
+        stats[ST_PREFILL_TOKENS] += prefill
+        # advance; finished requests leave `run`, order kept
+        keep = 0
+        for i in range(n_run):
+            r = run[i]
+            if i < n_sched:
+                comp[r] += sched[i]
+                if comp[r] >= prompt[r] + gen[r]:
+                    gen[r] += 1
+                    if t_first[r] < 0:
+                        t_first[r] = now
+                    if gen[r] >= output[r]:
+                        if mode == 0:
+                            release(pid, S, ids, offsets[r], held[r], ref, kind, pc)
+                        held[r] = 0
+                        status[r] = DONE
+                        t_done[r] = now
+                        done += 1
+                        continue
+            run[keep] = r
+            keep += 1
+        n_run = keep
+    return now
+
+
+# ---------------------------------------------------------------- the Python side
+
+
+@dataclass
+class ReplayResult:
+    """One replay: per-request times and the engine's counters (`summary()` for the figures)."""
+
+    engine: str
+    policy: str
+    capacity: int
+    block_tokens: int
+    rate_scale: float
+    arrival: np.ndarray  # seconds, scaled
+    t_sched: np.ndarray  # first scheduled (-1 never)
+    t_first: np.ndarray  # first output token
+    t_done: np.ndarray
+    hit_blocks: np.ndarray  # cached-prefix blocks at the first scheduling (-1 never scheduled)
+    n_preempt: np.ndarray
+    status: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    n_full: np.ndarray
+    stats: np.ndarray
+    pool_counters: np.ndarray
+    terms: np.ndarray
+    end_s: float
+    seconds: float
+    evictions_log: np.ndarray | None = None
+    ref_hit: np.ndarray | None = None
+    latency_model: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        from ..cost.costmodel import latency_summary  # noqa: F401  (same quantile convention)
+
+        done = self.status == DONE
+        ttft = (self.t_first - self.arrival)[done]
+        e2e = (self.t_done - self.arrival)[done]
+        wait = (self.t_sched - self.arrival)[done]
+        outs = self.output_tokens[done]
+        tpot = np.where(outs > 1, (self.t_done - self.t_first)[done] / np.maximum(outs - 1, 1), np.nan)
+
+        def q(a, p):
+            a = a[np.isfinite(a)]
+            return float(np.percentile(a, p)) * 1e3 if len(a) else float("nan")
+
+        span = float(self.end_s - (self.arrival.min() if len(self.arrival) else 0.0))
+        st, pc = self.stats, self.pool_counters
+        n_done = int(done.sum())
+        total_terms = float(self.terms.sum())
+        hb = self.hit_blocks[done]
+        row = {
+            "engine": self.engine, "policy": self.policy, "capacity": int(self.capacity),
+            "block_tokens": int(self.block_tokens), "rate_scale": float(self.rate_scale),
+            "requests": int(len(self.status)), "completed": n_done, "rejected": int(st[ST_REJECTED]),
+            "ttft_p50_ms": q(ttft, 50), "ttft_p95_ms": q(ttft, 95), "ttft_p99_ms": q(ttft, 99),
+            "tpot_p50_ms": q(tpot, 50), "tpot_p95_ms": q(tpot, 95), "tpot_p99_ms": q(tpot, 99),
+            "e2e_p50_ms": q(e2e, 50), "e2e_p95_ms": q(e2e, 95), "e2e_p99_ms": q(e2e, 99),
+            "queue_wait_p50_ms": q(wait, 50), "queue_wait_p99_ms": q(wait, 99),
+            "tokens_per_s": float(st[ST_TOKENS] + 0) / span if span > 0 else float("nan"),
+            "output_tokens_per_s": float(outs.sum()) / span if span > 0 else float("nan"),
+            "requests_per_s": n_done / span if span > 0 else float("nan"),
+            "block_hit_ratio": float(hb.sum() / max(int(self.n_full[done].sum()), 1)),
+            "prefix_hit_ratio": float(st[ST_HIT_TOKENS] / max(int(st[ST_PROMPT_TOKENS]), 1)),
+            "preemptions": int(st[ST_PREEMPTIONS]), "evictions": int(pc[3]),
+            "peak_pinned_blocks": int(pc[5]), "peak_waiting": int(st[ST_PEAK_WAITING]),
+            "peak_running": int(st[ST_PEAK_RUNNING]), "steps": int(st[ST_STEPS]),
+            "pool_blocked_steps": int(st[ST_POOL_BLOCKED]),
+            "simulated_s": span, "seconds": float(self.seconds),
+            "term_share": {k: (float(v) / total_terms if total_terms > 0 else 0.0)
+                           for k, v in zip(("compute", "memory", "refetch", "overhead"), self.terms)},
+            "latency_model": self.latency_model,
+        }
+        warnings = []
+        if st[ST_PREEMPTIONS] or st[ST_POOL_BLOCKED]:
+            warnings.append(
+                f"the pool of {self.capacity:,} blocks cannot hold the requests in flight: "
+                f"{int(st[ST_PREEMPTIONS]):,} preemptions, {int(st[ST_POOL_BLOCKED]):,} steps with a waiting "
+                "request held back for blocks")
+        if st[ST_REJECTED]:
+            warnings.append(f"{int(st[ST_REJECTED]):,} requests need more blocks than the pool has and were rejected")
+        row["warnings"] = warnings
+        return row
+
+
+def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "vllm", block_tokens: int = 16,
+               rate_scale: float = 1.0, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
+               calibration=None, model=None, seed: int = 0, all_evictable: bool = False,
+               log_evictions: bool = False, reblocked=None) -> ReplayResult:
+    """Replay `trace` through the serving engine (module docstring); `all_evictable` is the
+    no-pinning check mode (every reference a kernel reference)."""
+    import time as _time
+
+    from .evictors import POLICY_IDS, S3FIFO
+    from .evictors import new_state as new_evictor
+    from .pool import new_pool
+    from .reblock import reblock
+
+    policy = policy.lower()
+    if policy not in POLICY_IDS:
+        raise ReplayError(f"policy {policy!r} has no incremental form for the serving replay; "
+                          f"choose from {', '.join(POLICY_IDS)}")
+    if engine not in ("vllm", "sglang"):
+        raise ReplayError(f"unknown engine {engine!r}; choose vllm or sglang")
+    if capacity < 1:
+        raise ReplayError(f"capacity {capacity} blocks: the pool needs at least one block (-c 1000)")
+    if rate_scale <= 0 or not np.isfinite(rate_scale):
+        raise ReplayError(f"--rate-scale {rate_scale}: must be a positive number (2 = twice the arrival rate)")
+    if max_num_batched_tokens < 1 or max_num_seqs < 1:
+        raise ReplayError("--max-num-batched-tokens and --max-num-seqs must be at least 1")
+    pid = POLICY_IDS[policy]
+    if pid == S3FIFO and capacity < 20:
+        raise ReplayError(f"s3fifo at {capacity} blocks has no small queue (it needs 20 blocks or more; raise -c)")
+    rb = reblocked if reblocked is not None else reblock(trace, block_tokens)
+    n = rb.n_requests
+    mode = 1 if all_evictable else 0
+    n_ids = (int(rb.ref_ids.max()) + 1 if len(rb.ref_ids) else 1) if mode else rb.n_ids
+    S = new_evictor(pid, n_ids, capacity)
+    log_cap = int(rb.offsets[-1]) * 4 + len(rb.ref_ids) if log_evictions else 0
+    pool = new_pool(n_ids, int(rb.offsets[-1]), capacity, log_cap)
+    model_obj = StepCostModel.from_calibration(calibration, model, rb.block_tokens, seed)
+    arrival = np.ascontiguousarray(rb.arrival / rate_scale, dtype=np.float64)
+    ref_hit = np.zeros(len(rb.ref_ids) if mode else 1, dtype=np.uint8)
+    rng_state = np.array([np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(1)], dtype=np.uint64)
+    terms = np.zeros(4, dtype=np.float64)
+    t_sched = np.empty(n)
+    t_first = np.empty(n)
+    t_done = np.empty(n)
+    hit_blocks = np.empty(n, dtype=np.int64)
+    n_preempt = np.zeros(n, dtype=np.int64)
+    status = np.empty(n, dtype=np.int8)
+    stats = np.zeros(N_STATS, dtype=np.int64)
+    if engine == "sglang":
+        raise ReplayError("--engine sglang is not built yet; use --engine vllm")
+    t0 = _time.perf_counter()
+    end = replay(pid, S, pool, rb.offsets, rb.ids, rb.n_full, rb.prompt_tokens, rb.output_tokens, arrival,
+                 rb.block_tokens, max_num_batched_tokens, max_num_seqs, mode, rb.ref_ids, rb.ref_offsets, ref_hit,
+                 model_obj.params, rng_state, terms, t_sched, t_first, t_done, hit_blocks, n_preempt, status,
+                 stats)
+    seconds = _time.perf_counter() - t0
+    pc = pool[3]
+    ev_log = pool[4][: min(int(pc[4]), len(pool[4]))].copy() if log_evictions else None
+    return ReplayResult(
+        engine=engine, policy=policy, capacity=int(capacity), block_tokens=rb.block_tokens,
+        rate_scale=float(rate_scale), arrival=arrival, t_sched=t_sched, t_first=t_first, t_done=t_done,
+        hit_blocks=hit_blocks, n_preempt=n_preempt, status=status, prompt_tokens=rb.prompt_tokens,
+        output_tokens=rb.output_tokens, n_full=rb.n_full, stats=stats, pool_counters=pc.copy(), terms=terms,
+        end_s=float(end), seconds=seconds, evictions_log=ev_log, ref_hit=ref_hit if mode else None,
+        latency_model=getattr(model_obj, "description", type(model_obj).__name__))
+
+
+def _series(res: ReplayResult, bins: int = 100) -> list[dict]:
+    """Queue length, running requests and the prefix hit ratio over simulated time, in `bins`
+    equal windows: waiting = requests arrived and not yet first scheduled (a preempted request
+    waiting again is not counted), running = first scheduled and not finished, hit ratio = hit
+    blocks over full prompt blocks of the requests first scheduled in the window."""
+    ok = res.t_sched >= 0
+    if not ok.any():
+        return []
+    t0 = float(res.arrival.min())
+    t1 = max(float(res.end_s), t0 + 1e-9)
+    edges = np.linspace(t0, t1, bins + 1)
+    mid = (edges[:-1] + edges[1:]) / 2
+    arr = np.sort(res.arrival[ok])
+    sch = np.sort(res.t_sched[ok])
+    done_t = np.sort(np.where(res.t_done[ok] >= 0, res.t_done[ok], np.inf))
+    waiting = np.searchsorted(arr, mid, "right") - np.searchsorted(sch, mid, "right")
+    running = np.searchsorted(sch, mid, "right") - np.searchsorted(done_t, mid, "right")
+    which = np.clip(np.searchsorted(edges, res.t_sched[ok], "right") - 1, 0, bins - 1)
+    hits = np.bincount(which, weights=res.hit_blocks[ok], minlength=bins)
+    full = np.bincount(which, weights=res.n_full[ok], minlength=bins)
+    return [{"time_s": float(m), "waiting": int(w), "running": int(r),
+             "hit_ratio": (float(h / f) if f > 0 else None)}
+            for m, w, r, h, f in zip(mid, waiting, running, hits, full)]
+
+
+def replay_row(res: ReplayResult) -> dict:
+    """One `replay` entry of a policy-results document (docs/policy-results.md)."""
+    row = res.summary()
+    done = res.status == DONE
+    ttft = (res.t_first - res.arrival)[done] * 1e3
+    row["ttft_cdf_ms"] = [float(v) for v in np.percentile(ttft, np.arange(101))] if len(ttft) else []
+    row["series"] = _series(res)
+    return row

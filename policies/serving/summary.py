@@ -1,0 +1,72 @@
+"""`sitsprof policy replay`'s document and table: every (policy, capacity) replay of one trace.
+
+The document is a policy-results document (policies/engine/results.py, docs/policy-results.md)
+with an empty `results` and the `replay` list (one `scheduler.replay_row` per replay).
+"""
+from __future__ import annotations
+
+from ..engine.capacity import parse_capacities
+from ..engine.results import document, trace_summary
+from .reblock import reblock
+from .scheduler import replay_row, run_replay
+
+
+def _policies(text: str) -> list[str]:
+    from .evictors import POLICY_IDS
+
+    names = [p.strip().lower().replace("-", "").replace("_", "") for p in str(text).split(",") if p.strip()]
+    if names == ["all"]:
+        return list(POLICY_IDS)
+    return names
+
+
+def replay_document(trace, path, fmt, engine="vllm", policies="lru", capacities="10%", block_tokens=16,
+                    rate_scale=1.0, max_num_batched_tokens=8192, max_num_seqs=256, calibration=None, model=None,
+                    seed=0) -> dict:
+    rb = reblock(trace, block_tokens)
+    caps = parse_capacities(capacities, rb.n_ids)
+    rows = []
+    for policy in _policies(policies):
+        for cap in caps:
+            res = run_replay(trace, policy, cap, engine=engine, block_tokens=block_tokens, rate_scale=rate_scale,
+                             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                             calibration=calibration, model=model, seed=seed, reblocked=rb)
+            rows.append(replay_row(res))
+    summary = trace_summary(trace, path, fmt)
+    summary["kv_block_tokens"] = int(block_tokens)
+    summary["kv_blocks"] = int(rb.n_ids)
+    summary["shared_kv_blocks"] = int(rb.n_shared)
+    return document([], trace=summary, replay=rows,
+                    engine={"engine": engine, "block_tokens": int(block_tokens), "rate_scale": float(rate_scale),
+                            "max_num_batched_tokens": int(max_num_batched_tokens),
+                            "max_num_seqs": int(max_num_seqs)})
+
+
+def _s(v) -> str:
+    """ms -> seconds, 3 significant decimals."""
+    if v is None or v != v:
+        return "-"
+    return f"{v / 1e3:,.3f}"
+
+
+def replay_table(doc: dict):
+    from rich.table import Table
+
+    t = doc["trace"]
+    e = doc["engine"]
+    title = (f"{t.get('path') or ''}: {t['requests']:,} requests, {e['engine']} rules, "
+             f"{e['block_tokens']}-token blocks ({t['kv_blocks']:,} in the trace), arrival rate x{e['rate_scale']:g}")
+    table = Table(title=title)
+    for name in ("policy", "pool blocks", "TTFT P50 s", "TTFT P99 s", "TPOT P50 s", "queue P99 s", "tok/s",
+                 "block hit", "prefix hit", "preempt", "peak pinned", "rejected"):
+        table.add_column(name, justify="left" if name == "policy" else "right", no_wrap=name != "policy")
+    for r in doc["replay"]:
+        table.add_row(r["policy"], f"{r['capacity']:,}", _s(r["ttft_p50_ms"]), _s(r["ttft_p99_ms"]),
+                      _s(r["tpot_p50_ms"]), _s(r["queue_wait_p99_ms"]), f"{r['tokens_per_s']:,.0f}",
+                      f"{r['block_hit_ratio']:.4f}", f"{r['prefix_hit_ratio']:.4f}", f"{r['preemptions']:,}",
+                      f"{r['peak_pinned_blocks']:,}", f"{r['rejected']:,}")
+    if doc["replay"]:
+        shares = doc["replay"][0]["term_share"]
+        table.caption = (f"step time: {doc['replay'][0]['latency_model']}; share of the summed terms: "
+                         + ", ".join(f"{k} {100 * v:.0f}%" for k, v in shares.items()))
+    return table
