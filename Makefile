@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean compile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,16 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
-demo: $(VENV)/.installed
+# The policy kernels compiled once, on every core, into numba's per-user cache
+# (common/numba_cache.py: ~/.cache/sitsprof/numba), before the demo or the tests load them:
+# `make demo` then `make test` compile nothing twice. Again only when the engine's source changes.
+$(VENV)/.compiled: $(VENV)/.installed $(wildcard policies/*.py policies/*/*.py)
+	$(BIN)/sitsprof compile
+	touch $@
+
+compile: $(VENV)/.compiled
+
+demo: $(VENV)/.installed $(VENV)/.compiled
 	$(BIN)/sitsprof demo
 
 # The layering (pyproject.toml [tool.importlinter]), no import cycle between modules, ruff:
@@ -26,7 +35,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/python tools/check_import_cycles.py
 	$(BIN)/ruff check .
 
-test: lint
+test: lint $(VENV)/.compiled
 	@# The browser test needs Debian's chromium: install it where apt-get exists; never fail here
 	@# (without it tests/test_browser.py skips with the reason).
 	-@command -v chromium >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || \

@@ -1,0 +1,159 @@
+"""Start-up and first-run compile of the `sitsprof` CLI (issue 14), measured in one run.
+
+1. Fresh install: a wheel of this checkout installed into a new venv under a temporary folder
+   (its dependencies from this interpreter's site-packages, through a .pth line, so nothing is
+   downloaded), every run with an empty numba cache (SITSPROF_NUMBA_CACHE_DIR).
+   - before: the first `policy simulate bundled:mooncake -p all -c 1000 --json` compiles
+     every kernel as it reaches it, one after another;
+   - after: `sitsprof compile` (every core) then the same first run;
+   - reinstall: the same wheel into a second new venv, the cache kept: does the first run
+     there compile again? (numba keys cache files by the source folder: yes.)
+   Hits of the runs are compared (identical).
+2. Warm: `policy simulate` of a 1,000-reference trace (table, Belady headroom and cost table,
+   `-p lru -c 10`), median of --repeat runs, beside `python -c pass` and `python -c "import
+   numba"` (the floor any numba command pays) measured in the same loop.
+
+Times are wall seconds and CPU seconds (user + system of the child): on a busy machine wall
+time waits for the CPU, CPU time does not. Usage: python bench/bench_startup.py [--repeat 7]
+[--policies all] [--skip-install]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(cmd, env=None, check=True) -> tuple[float, float, subprocess.CompletedProcess]:
+    """(wall s, CPU s, completed) of one child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if check and done.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(map(str, cmd))}\n{done.stderr[-2000:]}")
+    return wall, cpu, done
+
+
+def fresh_venv(folder: Path, wheel: Path) -> Path:
+    """A new venv at `folder` with the wheel installed (no deps: this interpreter's site-packages on its path)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    site = next((folder / "lib").glob("python*/site-packages"))
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(folder / "bin" / "python"), "install", "-q",
+                    "--no-deps", str(wheel)], check=True, capture_output=True)
+    return folder / "bin" / "sitsprof"
+
+
+def env_with_cache(cache: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["SITSPROF_NUMBA_CACHE_DIR"] = str(cache)
+    return env
+
+
+def hits(completed) -> list:
+    return [(r["policy"], r["hits"]) for r in json.loads(completed.stdout)["results"]]
+
+
+def compiled_count(stderr: str) -> str:
+    line = next((x for x in stderr.splitlines() if x.startswith("sitsprof: compiled ")), "")
+    return line.split(" kernel(s)")[0].rsplit(" ", 1)[-1] if line else "0"
+
+
+def first_runs(tmp: Path, policies: str) -> list[tuple[str, float, float, str]]:
+    wheel_dir = tmp / "wheel"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(wheel_dir)],
+                   check=True, capture_output=True)
+    wheel = next(wheel_dir.glob("sitsprof-*.whl"))
+    simulate = ["policy", "simulate", "bundled:mooncake", "-p", policies, "-c", "1000", "--json"]
+    rows = []
+    exe = fresh_venv(tmp / "venv1", wheel)
+    wall, cpu, before = run([str(exe), *simulate], env_with_cache(tmp / "cache-before"))
+    rows.append(("before: first run, compiles as it goes", wall, cpu, compiled_count(before.stderr) + " compiled"))
+    env = env_with_cache(tmp / "cache-after")
+    wall, cpu, done = run([str(exe), "compile", "-p", policies, "--json"], env)
+    rows.append((f"after: sitsprof compile ({json.loads(done.stdout)['jobs']} processes)", wall, cpu,
+                 f"{json.loads(done.stdout)['compiles']} compiled"))
+    wall2, cpu2, after = run([str(exe), *simulate], env)
+    rows.append(("after: then the first run", wall2, cpu2, compiled_count(after.stderr) + " compiled"))
+    rows.append(("after: compile + first run", wall + wall2, cpu + cpu2, ""))
+    exe2 = fresh_venv(tmp / "venv2", wheel)
+    wall, cpu, again = run([str(exe2), *simulate], env)
+    rows.append(("reinstall (new venv, cache kept): first run", wall, cpu, compiled_count(again.stderr) + " compiled"))
+    same = hits(before) == hits(after) == hits(again)
+    rows.append(("hits identical before / after / reinstall", 0.0, 0.0, str(same)))
+    return rows
+
+
+def tiny_trace(path: Path, references: int = 1000) -> Path:
+    rng = random.Random(1)
+    lines, n, t = [], 0, 0
+    while n < references:
+        k = min(rng.randint(1, 8), references - n)
+        ids = [rng.randint(0, 300) for _ in range(k)]
+        lines.append(json.dumps({"timestamp": t, "input_length": k * 512, "output_length": 10, "hash_ids": ids}))
+        t, n = t + 100, n + k
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def warm(tmp: Path, repeat: int) -> list[tuple[str, float, float, str]]:
+    trace = tiny_trace(tmp / "tiny.jsonl")
+    sitsprof = str(Path(sys.executable).with_name("sitsprof"))
+    cases = {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "python -c 'import numba'": [sys.executable, "-c", "import numba"],
+        "sitsprof --help": [sitsprof, "--help"],
+        "sitsprof policy simulate 1,000 refs -p lru -c 10": [sitsprof, "policy", "simulate", str(trace), "-p", "lru",
+                                                            "-c", "10"],
+        "  the same, --json (no headroom line, no tables)": [sitsprof, "policy", "simulate", str(trace), "-p",
+                                                              "lru", "-c", "10", "--json"],
+    }
+    for cmd in cases.values():  # fill the cache, the page cache
+        run(cmd)
+    times = {name: [] for name in cases}
+    for _ in range(repeat):  # interleaved: a busy spell hits every case alike
+        for name, cmd in cases.items():
+            times[name].append(run(cmd)[:2])
+    floor = statistics.median(w for w, _ in times["python -c 'import numba'"])
+    rows = []
+    for name, got in times.items():
+        w = statistics.median(x for x, _ in got)
+        c = statistics.median(x for _, x in got)
+        rows.append((name, w, c, f"{w / floor:.2f}x import numba"))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--policies", default="all")
+    parser.add_argument("--skip-install", action="store_true", help="Only the warm start-up.")
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, python {sys.version.split()[0]}")
+    with tempfile.TemporaryDirectory(prefix="sitsprof-bench-startup-") as folder:
+        tmp = Path(folder)
+        rows = warm(tmp, args.repeat)
+        if not args.skip_install:
+            rows += first_runs(tmp, args.policies)
+    print(f"{'case':58} {'wall s':>8} {'CPU s':>8}  note")
+    for name, wall, cpu, note in rows:
+        print(f"{name:58} {wall:8.3f} {cpu:8.3f}  {note}")
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""`sitsprof compile`: compile the policy kernels now, on every core, so no later run waits."""
+from __future__ import annotations
+
+import click
+
+from sitsprof.common import jsonout
+
+
+@click.command("compile")
+@click.option("--policy", "-p", "policy_text", default="all", show_default=True,
+              help="Comma-separated policies whose kernels to compile, or 'all'.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Worker processes compiling at once (default: every core, at most one per policy).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was compiled as JSON.")
+def compile_cmd(policy_text: str, jobs: int | None, as_json: bool) -> None:
+    """Compile (or, when cached, load) the numba kernels the policy commands use: a first
+    `policy simulate` then starts warm. numba keeps them in one per-user cache (printed);
+    `make demo` and `make test` run this once."""
+    from sitsprof.policies.engine.compiling import FIRST_RUN_NOTE
+    from sitsprof.policies.precompile import precompile
+
+    def note(text: str) -> None:
+        click.echo(f"sitsprof: {FIRST_RUN_NOTE}: {text}", err=True)
+
+    done = precompile(policy_text, jobs=jobs, note=note)
+    if as_json:
+        click.echo(jsonout.dumps(done, indent=2))
+        return
+    click.echo(f"sitsprof: {len(done['policies'])} policies ready: {done['compiles']} kernel(s) compiled in "
+               f"{done['seconds']:.1f} s on {done['jobs']} process(es); cache {done['cache']}", err=True)
+
+
+COMMANDS = [compile_cmd]

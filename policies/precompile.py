@@ -1,0 +1,96 @@
+"""Compile every policy's kernels up front, on every core: `sitsprof compile`, `make compile`.
+
+A kernel compiles on its first call with the argument types of that call, so the surest way
+to compile what the commands will load is to run them: `precompile` writes a small Mooncake
+trace, reads it the way `policy simulate` does (the same column dtypes, the same trace
+kernels) and replays each policy once through the costed sweep (`run_policies`: the kernel,
+the cost model, the metrics) and the Belady headroom line. numba writes each compile to its
+cache (`sitsprof.common.numba_cache`), which every later run loads.
+
+The shared kernels (trace reading, the cost model, Belady) compile first, here; then the
+policies compile in `jobs` worker processes at once (default: every core), so a cold cache
+costs about the slowest policy's compile rather than the sum of them all. Two workers that
+compile the same helper both write it, one after the other; numba replaces its cache files
+whole, so the worst case is a helper compiled twice. Results are untouched: a compiled
+kernel is the same kernel whichever process compiled it.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from .parallel import _context, cpu_count, start_method
+from .registry import policy_names, select_policies
+
+# A trace just long enough to reach every branch the kernels type (evictions, ghosts, windows).
+WARM_SECONDS = 30.0
+WARM_CAPACITY = 50
+#: Compiled first, in the parent, whatever is selected: shared by every policy's run.
+SHARED = ("lru", "belady")
+
+Note = Callable[[str], None]
+
+
+def _warm_trace(folder: str):
+    from .traces.detect import read_trace
+    from .traces.generator import generate_requests, write_mooncake_jsonl
+
+    path = Path(folder) / "warm.jsonl"
+    write_mooncake_jsonl(generate_requests(seed=0, duration_s=WARM_SECONDS), path)
+    return read_trace(str(path))
+
+
+def _compile_one(trace_folder: str, policy: str) -> tuple[str, float, int]:
+    """Replay `policy` as `policy simulate` does (costed, with the headroom line): (policy, seconds, compiles)."""
+    from .engine.compiling import watch_compiles
+    from .sweep import run_policies, simulate
+
+    trace = _warm_trace(trace_folder)
+    started = time.perf_counter()
+    with watch_compiles() as stats:
+        run_policies(trace, [policy], [WARM_CAPACITY])
+        if policy == "belady":
+            simulate(trace, "belady", WARM_CAPACITY)
+    return policy, time.perf_counter() - started, stats["count"]
+
+
+def precompile(policies: str | list[str] = "all", jobs: int | None = None, note: Note | None = None) -> dict:
+    """Compile (or load, when cached) the kernels `policies` use ("all" or "lru,arc" or a list);
+    `jobs` worker processes (None: every core, at most one per policy). `note(text)` hears one
+    line per policy as it finishes. Returns {"policies", "seconds", "compiles", "jobs"}."""
+    names = select_policies(policies) if isinstance(policies, str) else select_policies(",".join(policies))
+    names = names or policy_names()
+    say = note or (lambda _text: None)
+    started = time.perf_counter()
+    total = len(names)
+    jobs = max(1, min(jobs or cpu_count(), total))
+    compiles = 0
+    with tempfile.TemporaryDirectory(prefix="sitsprof-compile-") as folder:
+        shared = [n for n in SHARED if n in names] or [names[0]]
+        rest = [n for n in names if n not in shared]
+        done = 0
+        for name in shared:  # the trace kernels, the cost model, Belady: once, here
+            _, seconds, count = _compile_one(folder, name)
+            done += 1
+            compiles += count
+            say(f"{name} ({done} of {total} policies): {count} kernel(s) compiled in {seconds:.1f} s")
+        if rest and jobs > 1:
+            with ProcessPoolExecutor(max_workers=min(jobs, len(rest)), mp_context=_context(start_method())) as pool:
+                futures = [pool.submit(_compile_one, folder, name) for name in rest]
+                for future in as_completed(futures):
+                    name, seconds, count = future.result()
+                    done += 1
+                    compiles += count
+                    say(f"{name} ({done} of {total} policies): {count} kernel(s) compiled in {seconds:.1f} s")
+        else:
+            for name in rest:
+                _, seconds, count = _compile_one(folder, name)
+                done += 1
+                compiles += count
+                say(f"{name} ({done} of {total} policies): {count} kernel(s) compiled in {seconds:.1f} s")
+    return {"policies": names, "seconds": time.perf_counter() - started, "compiles": compiles, "jobs": jobs,
+            "cache": os.environ.get("NUMBA_CACHE_DIR", "")}

@@ -1,0 +1,134 @@
+"""Start-up (issue 14): a command loads only what it uses, and the kernels live in one cache.
+
+- The registry imports a policy's module when that policy is asked for: a CLI run of one
+  policy imports no other policy's module, and nothing of pandas, pyarrow, plotly or jinja2.
+- `_import_all` (the static imports the layering checks read) lists exactly `SPECS`.
+- The policy engine points numba at one per-user cache (`common/numba_cache.py`), keeps a
+  NUMBA_CACHE_DIR already set, and `sitsprof compile` fills it so a later run compiles nothing.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sitsprof.policies import registry
+from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl
+
+SITSPROF = Path(sys.executable).with_name("sitsprof")
+POLICY_MODULES = {f"sitsprof.policies.{path}" for _, path in registry.SPECS}
+
+
+def _python(code: str, env: dict | None = None) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, **(env or {})))
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def tiny_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("startup") / "tiny.jsonl"
+    write_mooncake_jsonl(generate_requests(seed=3, duration_s=20), path)
+    return path
+
+
+def test_one_policy_run_imports_that_policy_only_and_no_dataframe_or_plot_library(tiny_trace):
+    code = f"""
+import json, sys
+from sitsprof.cli.main import main
+code = main(["policy", "simulate", {str(tiny_trace)!r}, "-p", "arc", "-c", "10", "--json"])
+print(json.dumps({{"code": code, "modules": sorted(sys.modules)}}), file=sys.stderr)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    loaded = json.loads(out.stderr.strip().splitlines()[-1])
+    assert loaded["code"] == 0
+    modules = set(loaded["modules"])
+    assert POLICY_MODULES & modules == {"sitsprof.policies.classic.arc"}
+    assert not {"pandas", "pyarrow", "plotly", "jinja2"} & {m.split(".")[0] for m in modules}
+    assert json.loads(out.stdout)["results"][0]["policy"] == "arc"
+
+
+def test_names_and_selection_import_no_policy_module():
+    loaded = json.loads(_python(
+        "import json, sys\n"
+        "from sitsprof.policies import registry\n"
+        "names = registry.policy_names(); sel = registry.select_policies('LRU,twoq,prefix-lru')\n"
+        "print(json.dumps([names, sel, sorted(sys.modules)]))\n"))
+    names, selected, modules = loaded
+    assert names[0] == "lru" and names[-1] == "belady" and len(names) == 12
+    assert selected == ["lru", "2q", "prefix_lru"]
+    assert not POLICY_MODULES & set(modules)
+    assert "numba" not in modules
+
+
+def test_static_imports_list_exactly_the_registered_modules():
+    """The registry's import statements (what import-linter and the cycle checker see) are its SPECS."""
+    tree = ast.parse(Path(registry.__file__).read_text())
+    func = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_import_all")
+    static = {f"sitsprof.policies.{node.module}.{alias.name}" for node in ast.walk(func)
+              if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert static == POLICY_MODULES
+    assert [m.__name__ for m in registry._import_all()] == [f"sitsprof.policies.{p}" for _, p in registry.SPECS]
+    assert [m.NAME for m in registry.MODULES] == registry.policy_names() == list(registry.POLICIES)
+
+
+def test_lookup_behaviour_kept():
+    assert registry.get_policy(" LRU ") is registry.POLICIES["lru"]
+    assert registry.get_policy("semantic_shard").NAME == "semantic-shard"
+    assert registry.select_policies("all") == registry.policy_names()
+    from sitsprof.policies.errors import UnknownPolicyError
+
+    with pytest.raises(UnknownPolicyError, match="choose from lru, fifo"):
+        registry.get_policy("nope")
+    with pytest.raises(UnknownPolicyError):
+        registry.select_policies("lru,nope")
+
+
+def test_cache_folder_default_override_and_kept_env(tmp_path):
+    code = ("import os\nimport sitsprof.policies\nimport numba.core.config as c\n"
+            "print(os.environ['NUMBA_CACHE_DIR']); print(c.CACHE_DIR)")
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "SITSPROF_NUMBA_CACHE_DIR")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    want = str(tmp_path / "xdg" / "sitsprof" / "numba" / f"py{sys.version_info[0]}.{sys.version_info[1]}")
+    assert out.stdout.split() == [want, want], out.stderr
+    env["SITSPROF_NUMBA_CACHE_DIR"] = str(tmp_path / "mine")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.split() == [str(tmp_path / "mine")] * 2, out.stderr
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "set")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.split() == [str(tmp_path / "set")] * 2, out.stderr
+
+
+def test_numba_imported_first_still_gets_the_folder(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR",)}
+    env["SITSPROF_NUMBA_CACHE_DIR"] = str(tmp_path / "late")
+    code = "import numba.core.config as c\nimport sitsprof.policies\nprint(c.CACHE_DIR)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.strip() == str(tmp_path / "late"), out.stderr
+
+
+@pytest.mark.slow
+def test_compile_fills_the_cache_a_later_run_loads(tiny_trace, tmp_path):
+    """`sitsprof compile -p fifo,sieve` into an empty cache: the kernels land in the folder and a
+    `policy simulate` of those policies afterwards compiles nothing (no first-run note)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["SITSPROF_NUMBA_CACHE_DIR"] = str(tmp_path / "cache")
+    done = subprocess.run([str(SITSPROF), "compile", "-p", "fifo,sieve", "-j", "2", "--json"], capture_output=True,
+                          text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["policies"] == ["fifo", "sieve"] and report["compiles"] > 0
+    assert "compiling kernels (first run only): fifo (" in done.stderr
+    assert list((tmp_path / "cache").rglob("fifo.KERNEL-*.nbi"))
+    run = subprocess.run([str(SITSPROF), "policy", "simulate", str(tiny_trace), "-p", "fifo,sieve", "-c", "100"],
+                         capture_output=True, text=True, env=env, timeout=900)
+    assert run.returncode == 0, run.stderr
+    assert "compil" not in run.stderr
