@@ -21,6 +21,7 @@ COMMAND_MODULES: list[str] = [
     "sitsprof.cli.policy",
     "sitsprof.cli.sits",
     "sitsprof.cli.demo",
+    "sitsprof.cli.compile",
     "sitsprof.cli.devices",
     "sitsprof.cli.clocks",
     "sitsprof.cli.record",
