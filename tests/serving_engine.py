@@ -139,9 +139,40 @@ def engine_replay(requests, capacity: int, *, block_tokens: int = 16, max_num_ba
         res = scheduler.run_replay(None, policy=policy, capacity=capacity, engine=engine, block_tokens=bt,
                                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                                    log_evictions=True, reblocked=rb)
+    return _result(scheduler, res, back, len(requests))
+
+
+def engine_replay_trace(trace, requests, capacity: int, *, block_tokens: int = 16, rate_scale: float = 1.0,
+                        max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, step_time: float = 1.0,
+                        engine: str = "vllm", policy: str = "lru") -> ref.Result:
+    """The engine end to end on a `Trace` (its own re-blocking and --rate-scale), with a fixed
+    step; its block ids are named back as the reference's `requests` (the same trace re-blocked
+    by serving_reference.reblock_records) name them, position by position."""
+    reblock_mod, scheduler, steptime = _engine_modules()
+    bt = block_tokens
+    rb = reblock_mod.reblock(trace, bt)
+    back: dict = {}
+    next_private = [-1]
+    for r, q in enumerate(requests):
+        lo, hi = int(rb.offsets[r]), int(rb.offsets[r + 1])
+        mine = ref._content_ids(q, bt, next_private)
+        if len(mine) != hi - lo:
+            raise AssertionError(f"request {r}: the engine re-blocks it to {hi - lo} blocks, "
+                                 f"the reference to {len(mine)}")
+        for k, x in enumerate(mine):
+            if back.setdefault(int(rb.ids[lo + k]), x) != x:
+                raise AssertionError(f"request {r} block {k}: engine id {int(rb.ids[lo + k])} names two blocks")
+    with _fixed_steps(scheduler, fixed_step_params(scheduler, steptime, float(step_time), bt)):
+        res = scheduler.run_replay(trace, policy=policy, capacity=capacity, engine=engine, block_tokens=bt,
+                                   rate_scale=rate_scale, max_num_batched_tokens=max_num_batched_tokens,
+                                   max_num_seqs=max_num_seqs, log_evictions=True)
+    return _result(scheduler, res, back, len(requests))
+
+
+def _result(scheduler, res, back, n: int) -> ref.Result:
     names = {int(scheduler.DONE): "done", int(scheduler.REJECTED): "rejected"}
     outcomes = []
-    for i in range(len(requests)):
+    for i in range(n):
         o = ref.Outcome(index=i)
         o.status = names.get(int(res.status[i]), str(int(res.status[i])))
         o.first_scheduled_time = float(res.t_sched[i])

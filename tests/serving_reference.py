@@ -609,7 +609,7 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
 
 
 def reblock_records(records: Sequence[dict], block_tokens: int = 16, trace_block_tokens: int = 512,
-                    time_scale: float = 1e-3) -> list:
+                    ms_per_second: float = 1000.0) -> list:
     """Mooncake-style records (timestamp ms, input_length, output_length, hash_ids) -> Requests
     at `block_tokens`: coarse id h at position j covers 512 tokens (the last: the rest) and becomes
     ceil(that / block_tokens) fine blocks (h, k); only the FULL fine blocks are listed (the
@@ -630,7 +630,7 @@ def reblock_records(records: Sequence[dict], block_tokens: int = 16, trace_block
             for k in range(ceil_div(tokens, block_tokens)):
                 if len(ids) < full:
                     ids.append((int(h), k))
-        out.append(Request(arrival=float(rec["timestamp"]) * time_scale, blocks=ids, prompt_tokens=p,
+        out.append(Request(arrival=float(rec["timestamp"]) / ms_per_second, blocks=ids, prompt_tokens=p,
                            output_tokens=max(1, int(rec.get("output_length", 1)))))
     return out
 
