@@ -114,7 +114,10 @@ def main(argv=None) -> int:
         default = " (default)" if method == auto else ""
         print(f"jobs {args.jobs} {method:<10} {jobs_s:6.2f} s   {ratio:.2f}x serial{default}"
               f"; target >= {TARGET}x on 2 cores: {'met' if ratio >= TARGET else 'NOT met'}; results identical")
-        bound = serial_cpu / (own + children / args.jobs) if own + children else float("nan")
+        if method != "fork":  # a forkserver's workers are its children, not ours: no CPU figure
+            print(f"     CPU: this process {own:.2f} s (the workers, children of the forkserver, not counted)")
+            continue
+        bound = serial_cpu / (own + children / args.jobs)
         extra = (own + children) / serial_cpu
         print(f"     CPU: this process {own:.2f} s + workers {children:.2f} s ({extra:.2f}x the serial CPU); "
               f"on {args.jobs} idle cores at most {bound:.2f}x (serial CPU / (own + workers / {args.jobs}))")

@@ -168,7 +168,29 @@ def _worker_ready() -> int:
 
 
 def _worker_run(task, item, shared):
-    return task(_WORKER["trace"], _WORKER["state"], item, shared)
+    return _compact(task(_WORKER["trace"], _WORKER["state"], item, shared))
+
+
+def _compact(result):
+    """A result to send back: its ``request_hits`` (per-request hit counts, as long as the
+    trace's requests) in the smallest unsigned type that holds them (`_expand` restores it)."""
+    hits = getattr(result, "request_hits", None)
+    if not isinstance(hits, np.ndarray) or hits.dtype.kind not in "iu" or not len(hits) or int(hits.min()) < 0:
+        return result
+    small = np.min_scalar_type(int(hits.max()))
+    if small.itemsize >= hits.itemsize:
+        return result
+    dtype = hits.dtype.str
+    result.request_hits = hits.astype(small)
+    return ("compact", result, dtype)
+
+
+def _expand(sent):
+    if isinstance(sent, tuple) and len(sent) == 3 and sent[0] == "compact":
+        _, result, dtype = sent
+        result.request_hits = result.request_hits.astype(np.dtype(dtype))
+        return result
+    return sent
 
 
 START_METHODS = ("fork", "forkserver", "spawn")
@@ -238,7 +260,7 @@ def _collect(completed, futures: dict, progress, labels) -> list:
     results: list = [None] * len(futures)
     for done, future in enumerate(completed, start=1):
         i = futures[future]
-        results[i] = future.result()
+        results[i] = _expand(future.result())
         if progress is not None:
             progress(done, len(futures), labels[i] if labels is not None else str(i))
     return results
@@ -256,7 +278,7 @@ def _dask_run(task, setup, packed, item, shared):
         trace = unpack_trace(packed)
         cache = (packed, trace, setup(trace) if setup is not None else None)
         _LOCAL.entry = cache
-    return task(cache[1], cache[2], item, shared)
+    return _compact(task(cache[1], cache[2], item, shared))
 
 
 def _client(cluster):

@@ -42,8 +42,9 @@ def test_processes_match_serial_for_every_policy(trace):
     spread = sweep.run_policies(trace, policies, caps, progress=progress, jobs=2)
     assert _plain(spread) == _plain(serial)
     assert [(r.policy, r.capacity) for r in spread] == [(r.policy, r.capacity) for r in serial]
-    for a, b in zip(spread, serial):
+    for a, b in zip(spread, serial):  # sent back compacted, restored to the serial dtype
         np.testing.assert_array_equal(a.request_hits, b.request_hits)
+        assert a.request_hits.dtype == b.request_hits.dtype == np.int32
     # every run reported once, done counting 1..total, the labels the serial sweep gives
     assert [c[0] for c in calls] == list(range(1, len(serial) + 1))
     assert {c[1] for c in calls} == {len(serial)}
