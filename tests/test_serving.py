@@ -120,6 +120,22 @@ def test_vllm_rules_under_load(policy, generated):
     assert len(r.evictions_log) == s["evictions"]
 
 
+def test_sglang_radix_under_load(generated):
+    rb = reblock(generated, 16)
+    capacity = int(np.diff(rb.offsets).max()) + 200
+    r = run_replay(generated, "lru", capacity, engine="sglang", rate_scale=4.0, reblocked=rb, log_evictions=True)
+    s = r.summary()
+    assert s["completed"] == generated.n_requests and s["peak_pinned_blocks"] <= capacity
+    assert len(r.evictions_log) == s["evictions"] > 0
+    assert (r.hit_blocks * 16 <= rb.prompt_tokens - 1).all()
+    # a roomy pool: the radix tree and vLLM's pool hit the same prefixes when nothing is evicted
+    big = 10 * int(rb.offsets[-1])
+    a = run_replay(generated, "lru", big, engine="sglang", reblocked=rb)
+    b = run_replay(generated, "lru", big, engine="vllm", reblocked=rb)
+    assert a.summary()["evictions"] == b.summary()["evictions"] == 0
+    assert np.array_equal(a.hit_blocks, b.hit_blocks)
+
+
 def test_a_request_larger_than_the_pool_is_rejected(generated):
     rb = reblock(generated, 16)
     need = np.diff(rb.offsets)
@@ -151,6 +167,9 @@ def test_cli_replay_table_and_json(tmp_path):
     rows = doc["replay"]
     assert [r["policy"] for r in rows] == ["lru", "sieve"]
     assert all(r["capacity"] == 3000 and r["completed"] > 0 for r in rows)
+    res = runner.invoke(cli, ["policy", "replay", str(path), "-c", "3000", "--engine", "sglang", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["replay"][0]["engine"] == "sglang"
     res = runner.invoke(cli, ["policy", "replay", str(path), "-c", "3000", "--rate-scale", "2"])
     assert res.exit_code == 0, res.output
     assert "TTFT" in res.output
@@ -163,7 +182,8 @@ def test_cli_replay_bad_input_is_one_line(tmp_path, capsys):
 
     path = write_mooncake_jsonl(generate_requests(seed=2, duration_s=20.0), tmp_path / "w.jsonl")
     for args, says in ((["--block-tokens", "48"], "does not divide"), (["-p", "lfu"], "incremental form"),
-                       (["-c", "10", "-p", "s3fifo"], "20 blocks")):
+                       (["-c", "10", "-p", "s3fifo"], "20 blocks"),
+                       (["--engine", "sglang", "-p", "arc"], "radix form")):
         assert main(["policy", "replay", str(path), *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err

@@ -53,12 +53,14 @@ from .pool import (
     take_slot,
     touch,
 )
+from .radix import new_radix, r_allocate, r_register, r_release, r_touch
 
 try:  # S3's step latency model; the placeholder keeps its interface until it exists
     from .latency import StepCostModel, step_seconds  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on another engineer's module
     from .steptime import StepCostModel, step_seconds
 
+VLLM, SGLANG = 0, 1
 # per-request status
 WAITING, RUNNING, DONE, REJECTED, FUTURE = 0, 1, 2, 3, 4
 # counters in `stats`
@@ -73,7 +75,7 @@ def _ceil_div(a, b):
 
 
 @njit(cache=True)
-def replay(pid, S, pool, offsets, ids, n_full, prompt, output, arrival, bt, max_batched, max_seqs, mode,
+def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arrival, bt, max_batched, max_seqs, mode,
            ref_ids, ref_off, ref_hit, lat_params, rng_state, terms,
            t_sched, t_first, t_done, hit_blocks, n_preempt, status, stats):
     ref, cached, kind, pc, ev_log = pool
@@ -135,7 +137,10 @@ def replay(pid, S, pool, offsets, ids, n_full, prompt, output, arrival, bt, max_
                 while need > 0 and available(pc) < need:
                     v = run[n_run - 1]
                     n_run -= 1
-                    release(pid, S, ids, offsets[v], held[v], ref, kind, pc)
+                    if engine == SGLANG:
+                        r_release(R, ids, offsets[v], held[v], ref, cached, kind, pc, False)
+                    else:
+                        release(pid, S, ids, offsets[v], held[v], ref, kind, pc)
                     held[v] = 0
                     reg[v] = 0
                     comp[v] = 0
@@ -152,11 +157,17 @@ def replay(pid, S, pool, offsets, ids, n_full, prompt, output, arrival, bt, max_
                 if not scheduled:
                     break
                 if need > 0:
-                    allocate(pid, S, ids, b0, held[r], held[r] + need, cached, kind, pc, ev_log)
+                    if engine == SGLANG:
+                        r_allocate(R, ids, b0, held[r], held[r] + need, ref, cached, kind, pc, ev_log)
+                    else:
+                        allocate(pid, S, ids, b0, held[r], held[r] + need, cached, kind, pc, ev_log)
                     held[r] += need
                 full = (comp[r] + new) // bt
                 if full > reg[r]:
-                    register(pid, S, ids, b0, reg[r], full, ref, cached, kind, pc)
+                    if engine == SGLANG:
+                        r_register(R, ids, b0, reg[r], full, ref, cached, kind, pc)
+                    else:
+                        register(pid, S, ids, b0, reg[r], full, ref, cached, kind, pc)
                     reg[r] = full
                 note_pinned(pc)
             sched[i] = new
@@ -209,13 +220,20 @@ def replay(pid, S, pool, offsets, ids, n_full, prompt, output, arrival, bt, max_
                     if available(pc) - evictable_among(ids, b0, hits, ref) < need:
                         stats[ST_POOL_BLOCKED] += 1
                         break
-                    touch(pid, S, ids, b0, hits, ref, kind, pc)
-                    allocate(pid, S, ids, b0, hits, total, cached, kind, pc, ev_log)
+                    if engine == SGLANG:
+                        r_touch(R, ids, b0, hits, ref, cached, kind, pc)
+                        r_allocate(R, ids, b0, hits, total, ref, cached, kind, pc, ev_log)
+                    else:
+                        touch(pid, S, ids, b0, hits, ref, kind, pc)
+                        allocate(pid, S, ids, b0, hits, total, cached, kind, pc, ev_log)
                     held[r] = total
                     reg[r] = hits
                     full = (hits * bt + new) // bt
                     if full > hits:
-                        register(pid, S, ids, b0, hits, full, ref, cached, kind, pc)
+                        if engine == SGLANG:
+                            r_register(R, ids, b0, hits, full, ref, cached, kind, pc)
+                        else:
+                            register(pid, S, ids, b0, hits, full, ref, cached, kind, pc)
                         reg[r] = full
                     note_pinned(pc)
                     pc[HIT_BLOCKS] += hits
@@ -273,7 +291,9 @@ def replay(pid, S, pool, offsets, ids, n_full, prompt, output, arrival, bt, max_
                     if t_first[r] < 0:
                         t_first[r] = now
                     if gen[r] >= output[r]:
-                        if mode == 0:
+                        if mode == 0 and engine == SGLANG:
+                            r_release(R, ids, offsets[r], held[r], ref, cached, kind, pc, True)
+                        elif mode == 0:
                             release(pid, S, ids, offsets[r], held[r], ref, kind, pc)
                         held[r] = 0
                         status[r] = DONE
@@ -418,10 +438,15 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "
     n_preempt = np.zeros(n, dtype=np.int64)
     status = np.empty(n, dtype=np.int8)
     stats = np.zeros(N_STATS, dtype=np.int64)
-    if engine == "sglang":
-        raise ReplayError("--engine sglang is not built yet; use --engine vllm")
+    if engine == "sglang" and policy != "lru":
+        raise ReplayError(f"--engine sglang evicts radix-tree leaves by last access (lru); -p {policy} has no "
+                          "radix form yet (use -p lru, or --engine vllm)")
+    if engine == "sglang" and all_evictable:
+        raise ReplayError("the all-evictable check mode is the vLLM pool's; use engine='vllm'")
+    R = new_radix(n_ids, engine == "sglang")
     t0 = _time.perf_counter()
-    end = replay(pid, S, pool, rb.offsets, rb.ids, rb.n_full, rb.prompt_tokens, rb.output_tokens, arrival,
+    engine_id = SGLANG if engine == "sglang" else VLLM
+    end = replay(pid, S, pool, engine_id, R, rb.offsets, rb.ids, rb.n_full, rb.prompt_tokens, rb.output_tokens, arrival,
                  rb.block_tokens, max_num_batched_tokens, max_num_seqs, mode, rb.ref_ids, rb.ref_offsets, ref_hit,
                  model_obj.params, rng_state, terms, t_sched, t_first, t_done, hit_blocks, n_preempt, status,
                  stats)
