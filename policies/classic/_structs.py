@@ -184,3 +184,19 @@ def move_to_head(prev, nxt, head, tail, q, x):
     nxt[x] = h
     prev[h] = x
     head[q] = x
+
+
+# ----------------------------------------------------------------- growable state (streaming)
+
+
+def grow(arr, n, fill):
+    """`arr` with at least `n` rows along axis 0, the new rows set to `fill` (a scalar, or one
+    value per column of a 2-D array); `arr` itself when it is long enough. Plain Python: the
+    streaming replay (engine/stream.py) grows a policy's state between chunks, geometrically,
+    as new block ids appear."""
+    if arr.shape[0] >= n:
+        return arr
+    out = np.empty((n,) + arr.shape[1:], dtype=arr.dtype)
+    out[: arr.shape[0]] = arr
+    out[arr.shape[0]:] = fill
+    return out

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, move_to_head_s, push_head_s, unlink_s
+from ._structs import NIL, grow, move_to_head_s, push_head_s, unlink_s
 
 NAME = "arc"
 DESCRIPTION = "Adaptive replacement cache: recency (T1) and frequency (T2) lists tuned by ghost hits"
@@ -180,3 +180,27 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit):
     prev, nxt, where, ends, sizes, state = new_state(n_blocks)
     evictions = replay_scan(block, 0, block.shape[0], prev, nxt, where, ends, sizes, state, capacity, hit)
     return evictions, int(state[1])
+
+
+# ----------------------------------------------------------------- streaming (engine/stream.py)
+# new_state + replay_scan are already resumable; these adapt them to the streaming shape.
+
+
+def new_stream_state(n_blocks, capacity):
+    return new_state(max(int(n_blocks), 1))
+
+
+def grow_state(state, n_blocks, capacity):
+    prev, nxt, where, ends, sizes, st = state
+    return grow(prev, n_blocks, NIL), grow(nxt, n_blocks, NIL), grow(where, n_blocks, NIL), ends, sizes, st
+
+
+def max_resident(state):
+    return int(state[5][1])
+
+
+def stream_window(state, block, lo, hi, capacity, hit):
+    if capacity <= 0:
+        hit[lo:hi] = 0
+        return 0
+    return replay_scan(block, np.int64(lo), np.int64(hi), *state, np.int64(capacity), hit)

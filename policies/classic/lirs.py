@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, new_lists
+from ._structs import NIL, grow, new_lists
 
 NAME = "lirs"
 DESCRIPTION = "LIRS: inter-reference recency; LIR blocks in stack S, resident HIR blocks in a 1% queue"
@@ -378,3 +378,26 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, hir_ratio=0.01):
     links, qp, qn, fl, st = new_state(n_blocks)
     evictions = replay_window(block, 0, block.shape[0], links, qp, qn, fl, st, capacity, hir_ratio, hit)
     return evictions, st[_MAXRES]
+
+
+# ----------------------------------------------------------------- streaming (engine/stream.py)
+# new_state + replay_window are already resumable; these adapt them to the streaming shape.
+
+
+def new_stream_state(n_blocks, capacity, hir_ratio=0.01):
+    return new_state(max(int(n_blocks), 1))
+
+
+def grow_state(state, n_blocks, capacity, hir_ratio=0.01):
+    links, qp, qn, fl, st = state
+    return grow(links, n_blocks, NIL), grow(qp, n_blocks, NIL), grow(qn, n_blocks, NIL), grow(fl, n_blocks, 0), st
+
+
+def max_resident(state):
+    return int(state[4][_MAXRES])
+
+
+def stream_window(state, block, lo, hi, capacity, hit, hir_ratio=0.01):
+    links, qp, qn, fl, st = state
+    return replay_window(block, np.int64(lo), np.int64(hi), links, qp, qn, fl, st, np.int64(capacity),
+                         float(hir_ratio), hit)

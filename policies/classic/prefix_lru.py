@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, new_lists, push_tail_s, unlink_s
+from ._structs import NIL, grow, new_lists, push_tail_s, unlink_s
 
 NAME = "prefix_lru"
 DESCRIPTION = "vLLM prefix cache: free queue of finished requests' blocks, tail blocks first"
@@ -67,3 +67,72 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit):
                 head, tail = push_tail_s(prev, nxt, head, tail, b)
                 state[b] = _FREE
     return evictions, max_resident
+
+
+# ----------------------------------------------------------------- resumable form (streaming)
+# KERNEL's loop over whole requests with its state kept between calls (engine/stream.py cuts
+# the trace at request boundaries). Scalars: head, tail, n_resident, max_resident.
+_HEAD, _TAIL, _NRES, _MAXRES = 0, 1, 2, 3
+
+
+def new_state(n_blocks, capacity):
+    n = max(int(n_blocks), 1)
+    return (np.full(n, NIL, dtype=np.int32), np.full(n, NIL, dtype=np.int32), np.zeros(n, dtype=np.uint8),
+            np.array([NIL, NIL, 0, 0], dtype=np.int64))
+
+
+new_stream_state = new_state
+
+
+def grow_state(state, n_blocks, capacity):
+    prev, nxt, st, sc = state
+    return grow(prev, n_blocks, NIL), grow(nxt, n_blocks, NIL), grow(st, n_blocks, 0), sc
+
+
+def max_resident(state):
+    return int(state[3][_MAXRES])
+
+
+@njit(cache=True)
+def replay_requests(block, req_offsets, prev, nxt, state, sc, capacity, hit):
+    """Serve the requests req_offsets[r]..req_offsets[r + 1] - 1 (indices into block and hit);
+    returns the evictions."""
+    head, tail = np.int32(sc[_HEAD]), np.int32(sc[_TAIL])
+    n_resident, max_resident = sc[_NRES], sc[_MAXRES]
+    evictions = 0
+    for r in range(req_offsets.shape[0] - 1):
+        start = req_offsets[r]
+        end = req_offsets[r + 1]
+        for i in range(start, end):
+            b = block[i]
+            s = state[b]
+            if s != _ABSENT:
+                hit[i] = 1
+                if s == _FREE:
+                    head, tail = unlink_s(prev, nxt, head, tail, b)
+                    state[b] = _IN_USE
+                continue
+            hit[i] = 0
+            if n_resident >= capacity:
+                victim = head
+                if victim == NIL:
+                    continue
+                head, tail = unlink_s(prev, nxt, head, tail, victim)
+                state[victim] = _ABSENT
+                n_resident -= 1
+                evictions += 1
+            state[b] = _IN_USE
+            n_resident += 1
+            if n_resident > max_resident:
+                max_resident = n_resident
+        for i in range(end - 1, start - 1, -1):
+            b = block[i]
+            if state[b] == _IN_USE:
+                head, tail = push_tail_s(prev, nxt, head, tail, b)
+                state[b] = _FREE
+    sc[_HEAD], sc[_TAIL], sc[_NRES], sc[_MAXRES] = head, tail, n_resident, max_resident
+    return evictions
+
+
+def stream_requests(state, block, req_offsets, capacity, hit):
+    return replay_requests(block, req_offsets, *state, np.int64(capacity), hit)

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .twoq import ghost_add, ghost_take, new_ghost, new_ring, new_rows, ring_pop, ring_push
+from ._structs import grow
+from .twoq import ghost_add, ghost_take, grow_ring, new_ghost, new_ring, new_rows, ring_pop, ring_push
 
 NAME = "s3fifo"
 DESCRIPTION = "S3-FIFO: small probationary FIFO, main clock FIFO and a ghost queue of evicted ids"
@@ -120,3 +121,113 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, small_ratio=0.1, ghost_r
         if n_small + n_main > max_resident:
             max_resident = n_small + n_main
     return evictions, max_resident
+
+
+# ----------------------------------------------------------------- resumable form (streaming)
+# KERNEL's loop over references lo..hi-1 with its state kept between calls (engine/stream.py).
+# The small and main rings have min(capacity, blocks so far) + 1 slots; until they reach
+# capacity + 1 nothing has left them (twoq.grow_ring), so growing keeps their contents.
+# Scalars: hs, ts, hm, tm, ghost (4), n_small, n_main, has_evicted, max_resident.
+_HS, _TS, _HM, _TM, _GQ, _NSMALL, _NMAIN, _EVICTED, _MAXRES = 0, 1, 2, 3, 4, 8, 9, 10, 11
+
+
+def new_state(n_blocks, capacity, small_ratio=0.1, ghost_ratio=0.9, move_to_main_threshold=2):
+    """rows (state bits, counter, ghost position: one row per block), small, main, ghost rings, scalars."""
+    n = max(int(n_blocks), 1)
+    return (new_rows(n, 4, 0), new_ring(int(capacity), n), new_ring(int(capacity), n),
+            new_ghost(int(np.int64(capacity * ghost_ratio))), np.zeros(12, dtype=np.int64))
+
+
+def grow_state(state, n_blocks, capacity, small_ratio=0.1, ghost_ratio=0.9, move_to_main_threshold=2):
+    rows, small, main, ghost, sc = state
+    return (grow(rows, n_blocks, 0), grow_ring(small, n_blocks, capacity), grow_ring(main, n_blocks, capacity),
+            ghost, sc)
+
+
+def max_resident(state):
+    return int(state[4][_MAXRES])
+
+
+@njit(cache=True)
+def replay_window(block, lo, hi, rows, small, main, ghost, sc, capacity, hit, small_ratio=0.1, ghost_ratio=0.9,
+                  move_to_main_threshold=2):
+    """Serve references lo..hi-1; returns the evictions."""
+    state, freq, gpos = rows[:, _STATE], rows[:, _FREQ], rows[:, _GPOS]
+    hs, ts, hm, tm = sc[_HS], sc[_TS], sc[_HM], sc[_TM]
+    small_size = np.int64(capacity * small_ratio)
+    main_size = capacity - small_size
+    ghost_size = np.int64(capacity * ghost_ratio)
+    gq = (sc[_GQ], sc[_GQ + 1], sc[_GQ + 2], sc[_GQ + 3])
+    n_small, n_main = sc[_NSMALL], sc[_NMAIN]
+    has_evicted = sc[_EVICTED] != 0
+    max_resident = sc[_MAXRES]
+    evictions = 0
+    for i in range(lo, hi):
+        b = block[i]
+        if state[b] & SMALL:
+            hit[i] = 1
+            freq[b] += 1
+            continue
+        hit_on_ghost = ghost_take(state, b)
+        if hit_on_ghost:
+            gq = (gq[0] - 1, gq[1], gq[2], gq[3])
+        if state[b] & MAIN:
+            hit[i] = 1
+            freq[b] += 1
+            continue
+        hit[i] = 0
+        if small_size < 1:
+            continue
+        while n_small + n_main + 1 > capacity:
+            has_evicted = True
+            if n_main > main_size or n_small == 0:
+                while n_main > 0:
+                    x, tm = ring_pop(main, tm)
+                    f = freq[x]
+                    if f >= 1:
+                        hm = ring_push(main, hm, x)
+                        freq[x] = min(f, 3) - 1
+                    else:
+                        state[x] &= ~MAIN
+                        n_main -= 1
+                        evictions += 1
+                        break
+            else:
+                while n_small > 0:
+                    x, ts = ring_pop(small, ts)
+                    n_small -= 1
+                    if freq[x] >= move_to_main_threshold:
+                        hm = ring_push(main, hm, x)
+                        state[x] = (state[x] & ~SMALL) | MAIN
+                        freq[x] = 0
+                        n_main += 1
+                    else:
+                        state[x] &= ~SMALL
+                        evictions += 1
+                        gq = ghost_add(ghost, gpos, state, gq, ghost_size, x)
+                        break
+        if not hit_on_ghost and small_size <= 1:
+            continue
+        if hit_on_ghost or (not has_evicted and n_small >= small_size):
+            hm = ring_push(main, hm, b)
+            state[b] |= MAIN
+            n_main += 1
+        else:
+            hs = ring_push(small, hs, b)
+            state[b] |= SMALL
+            n_small += 1
+        freq[b] = 0
+        if n_small + n_main > max_resident:
+            max_resident = n_small + n_main
+    sc[_HS], sc[_TS], sc[_HM], sc[_TM] = hs, ts, hm, tm
+    sc[_GQ], sc[_GQ + 1], sc[_GQ + 2], sc[_GQ + 3] = gq
+    sc[_NSMALL], sc[_NMAIN], sc[_EVICTED], sc[_MAXRES] = n_small, n_main, 1 if has_evicted else 0, max_resident
+    return evictions
+
+
+def stream_window(state, block, lo, hi, capacity, hit, small_ratio=0.1, ghost_ratio=0.9, move_to_main_threshold=2):
+    return replay_window(block, np.int64(lo), np.int64(hi), *state, np.int64(capacity), hit, float(small_ratio),
+                         float(ghost_ratio), np.int64(move_to_main_threshold))
+
+
+new_stream_state = new_state

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, new_lists, push_head_s, unlink_s
+from ._structs import NIL, grow, new_lists, push_head_s, unlink_s
 
 NAME = "sieve"
 DESCRIPTION = "SIEVE: FIFO queue with a visited bit and a hand that sifts from tail to head"
@@ -44,3 +44,61 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit):
         head, tail = push_head_s(prev, nxt, head, tail, b)
         state[b] = 1
     return evictions, n_resident
+
+
+# ----------------------------------------------------------------- resumable form (streaming)
+# KERNEL's loop over references lo..hi-1 with its state kept between calls (engine/stream.py).
+_HEAD, _TAIL, _HAND, _NRES = 0, 1, 2, 3
+
+
+def new_state(n_blocks, capacity):
+    """prev, nxt, state (one entry per block), scalars (head, tail, hand, n_resident)."""
+    n = max(int(n_blocks), 1)
+    return (np.full(n, NIL, dtype=np.int32), np.full(n, NIL, dtype=np.int32), np.zeros(n, dtype=np.uint8),
+            np.array([NIL, NIL, NIL, 0], dtype=np.int64))
+
+
+def grow_state(state, n_blocks, capacity):
+    prev, nxt, st, sc = state
+    return grow(prev, n_blocks, NIL), grow(nxt, n_blocks, NIL), grow(st, n_blocks, 0), sc
+
+
+def max_resident(state):
+    return int(state[3][_NRES])
+
+
+@njit(cache=True)
+def replay_window(block, lo, hi, prev, nxt, state, sc, capacity, hit):
+    """Serve references lo..hi-1; returns the evictions."""
+    head, tail, hand = np.int32(sc[_HEAD]), np.int32(sc[_TAIL]), np.int32(sc[_HAND])
+    n_resident = sc[_NRES]
+    evictions = 0
+    for i in range(lo, hi):
+        b = block[i]
+        if state[b]:
+            hit[i] = 1
+            state[b] = 2
+            continue
+        hit[i] = 0
+        if n_resident >= capacity:
+            obj = hand if hand != NIL else tail
+            while state[obj] == 2:
+                state[obj] = 1
+                obj = prev[obj] if prev[obj] != NIL else tail
+            hand = prev[obj]
+            head, tail = unlink_s(prev, nxt, head, tail, obj)
+            state[obj] = 0
+            evictions += 1
+        else:
+            n_resident += 1
+        head, tail = push_head_s(prev, nxt, head, tail, b)
+        state[b] = 1
+    sc[_HEAD], sc[_TAIL], sc[_HAND], sc[_NRES] = head, tail, hand, n_resident
+    return evictions
+
+
+def stream_window(state, block, lo, hi, capacity, hit):
+    return replay_window(block, np.int64(lo), np.int64(hi), *state, np.int64(capacity), hit)
+
+
+new_stream_state = new_state

@@ -127,3 +127,92 @@ def factorize_int64(keys: np.ndarray) -> tuple[np.ndarray, int]:
         table = bigger
         i, k = _hash_until_half_full(keys, i, table, bits, k, codes)
     return codes, int(k)
+
+
+# ----------------------------------------------------------------- incremental (streaming)
+# A persistent table for a trace read in chunks (engine/stream.py). The whole-trace path above
+# may pick the direct table from the keys' range, which a stream cannot know in advance, so
+# this one always hashes; the codes are the same (first appearance over the whole stream).
+# Keys and codes sit in two arrays (12 bytes a slot rather than 16) and the table may fill to
+# 3/4: at 20M distinct keys that is 2**25 slots, 384 MiB, where the half-full layout above
+# would need 2**26 slots of 16 bytes (1 GiB).
+
+
+@njit(cache=True)
+def _hash_chunk(keys, start, tkeys, tcodes, bits, k, limit, codes):
+    """Codes of keys[start:] through the table (tcodes holds code + 1, 0: empty) until it
+    holds more than `limit` keys; returns (next index, distinct count)."""
+    shift = np.uint64(64 - bits)
+    mask = (1 << bits) - 1
+    for i in range(start, keys.shape[0]):
+        key = keys[i]
+        j = _slot(key, shift)
+        while True:
+            c = tcodes[j]
+            if c == 0:
+                k += 1
+                c = k
+                tkeys[j] = key
+                tcodes[j] = c
+                break
+            if tkeys[j] == key:
+                break
+            j = (j + 1) & mask
+        codes[i] = c - 1
+        if k > limit:
+            return i + 1, k
+    return keys.shape[0], k
+
+
+@njit(cache=True)
+def _rehash_split(okeys, ocodes, tkeys, tcodes, bits):
+    shift = np.uint64(64 - bits)
+    mask = (1 << bits) - 1
+    for s in range(ocodes.shape[0]):
+        c = ocodes[s]
+        if c != 0:
+            j = _slot(okeys[s], shift)
+            while tcodes[j] != 0:
+                j = (j + 1) & mask
+            tkeys[j] = okeys[s]
+            tcodes[j] = c
+
+
+class Factorizer:
+    """Dense int32 codes for int64 keys arriving in chunks: `codes(chunk)` keeps the table
+    between calls, so the codes of the chunks, concatenated, equal `factorize_int64` of the
+    whole sequence. `n` is the number of distinct keys seen so far. Memory follows the
+    distinct keys (at most 16 bytes each, 12 bytes a slot at 3/4 load), not the references."""
+
+    def __init__(self, bits: int = 16):
+        self.bits = max(int(bits), _MIN_BITS)
+        self._keys = np.zeros(1 << self.bits, dtype=np.int64)
+        self._codes = np.zeros(1 << self.bits, dtype=np.int32)
+        self.n = 0
+
+    def _limit(self) -> int:
+        return 3 << (self.bits - 2)
+
+    def _grow(self) -> None:
+        self.bits += 1
+        keys = np.zeros(1 << self.bits, dtype=np.int64)
+        codes = np.zeros(1 << self.bits, dtype=np.int32)
+        _rehash_split(self._keys, self._codes, keys, codes, self.bits)
+        self._keys, self._codes = keys, codes
+
+    def codes(self, chunk: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The chunk's codes (int32; written into `out` when given, of the chunk's length)."""
+        keys = np.ascontiguousarray(chunk)
+        if keys.dtype == np.uint64:
+            keys = keys.view(np.int64)
+        keys = keys.astype(np.int64, copy=False)
+        codes = np.empty(len(keys), dtype=np.int32) if out is None else out[: len(keys)]
+        i = 0
+        while i < len(keys):
+            i, k = _hash_chunk(keys, i, self._keys, self._codes, self.bits, self.n, self._limit(), codes)
+            self.n = int(k)
+            if self.n > self._limit():
+                if self.n >= _INT32_MAX:
+                    raise OverflowError(f"{self.n} distinct keys: more than int32 codes can number")
+                self._grow()
+        return codes

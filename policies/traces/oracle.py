@@ -259,3 +259,66 @@ def write_oracle_general(path, obj_ids, timestamps=None, sizes=None, chunk: int 
 
     atomic_write(path, write)  # an interrupted write leaves the old file whole
     return path
+
+
+def oracle_records(path) -> int:
+    """How many 24-byte records an oracleGeneral file holds (TraceFormatError when it is not
+    a whole number of records or is empty)."""
+    path = Path(path)
+    size = data_size(path)
+    n, rest = divmod(size, ORACLE_DTYPE.itemsize)
+    if rest:
+        raise TraceFormatError(path, f"truncated record: the file is {size} bytes, not a multiple of the 24-byte "
+                                     f"oracleGeneral record ({rest} bytes left over)", line=n + 1, fix=_FIX)
+    if n == 0:
+        raise TraceFormatError(path, "no records", fix=_FIX)
+    return n
+
+
+def iter_oracle_chunks(path, chunk: int = 1 << 22):
+    """Yield (index of the first record, records) over an oracleGeneral file, `chunk` records
+    at a time, for a replay that streams (engine/stream.py): memory is one chunk (24 bytes a
+    record), whatever the file's length. The yielded array is a reused buffer, valid until the
+    next one.
+
+    Checked record by record as the whole-file reader does, except what needs the whole file:
+    obj_size > 0, timestamps non-decreasing (across chunks too), next_access_vtime "never"
+    or after its own record; that the record it points at holds the same obj_id is not checked
+    (it may lie in another chunk), nor is a bad record skipped: the first one is refused."""
+    path = Path(path)
+    n = oracle_records(path)
+    buf = np.empty(max(1, min(int(chunk), n)), dtype=ORACLE_DTYPE)
+    raw = memoryview(buf.view(np.uint8))
+    last_t = -1
+    with open_binary(path, buffering=0) as handle:
+        for lo in range(0, n, len(buf)):
+            hi = min(n, lo + len(buf))
+            want = (hi - lo) * ORACLE_DTYPE.itemsize
+            got = 0
+            while got < want:
+                step = handle.readinto(raw[got:want])
+                if not step:
+                    raise TraceFormatError(path, f"the file ended at record {lo + got // 24 + 1} of {n} "
+                                                 "while being read")
+                got += step
+            records = buf[: hi - lo]
+            sizes = records["obj_size"]
+            time = records["timestamp"]
+            nxt = records["next_access_vtime"]
+            bad = sizes == 0
+            bad[0] |= int(time[0]) < last_t
+            bad[1:] |= time[1:] < time[:-1]
+            bad |= (nxt != -1) & (nxt != _NEVER[1]) & (nxt <= np.arange(lo, hi))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                if sizes[i] == 0:
+                    problem = _problem_text(_SIZE0, 0, None, None, None, 0, n)
+                elif (i == 0 and int(time[0]) < last_t) or (i > 0 and time[i] < time[i - 1]):
+                    problem = (f"timestamp {int(time[i])} is earlier than the record before it; oracleGeneral "
+                               "records are in time order")
+                else:
+                    problem = (f"next_access_vtime {int(nxt[i])} does not point after this record; it must be -1 "
+                               "(no next access) or a later record")
+                raise TraceFormatError(path, problem, line=f"record {lo + i + 1}", fix=_FIX)
+            last_t = int(time[-1])
+            yield lo, records

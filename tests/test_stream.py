@@ -1,0 +1,143 @@
+"""Streaming replay (policies/engine/stream.py): hit for hit the in-memory replay.
+
+Every streamable policy is replayed over generated traces cut into chunks of 1, 7, 1000
+references and the whole trace, with its state grown from one block (so it grows at many
+chunk boundaries), and compared with the policy's KERNEL reference by reference. The
+incremental factoriser equals the whole-trace one; the oracleGeneral file path equals the
+in-memory simulate on the same file; bad records are refused naming the record.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sitsprof.policies.classic import arc, fifo, lfu, lirs, lru, prefix_lru, s3fifo, sieve, twoq
+from sitsprof.policies.engine.stream import StreamError, stream_hits, stream_simulate, streamable
+from sitsprof.policies.errors import TraceFormatError
+from sitsprof.policies.traces.factorize import Factorizer, factorize_int64
+from sitsprof.policies.traces.oracle import ORACLE_DTYPE, write_oracle_general
+
+STREAMED = [lru, fifo, lfu, sieve, lirs, arc, s3fifo, twoq, prefix_lru]
+CHUNKS = [1, 7, 1000, None]
+
+
+def _trace(seed: int, n: int = 3000, objects: int = 400) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    ranks = np.minimum(rng.zipf(1.2, n), objects) - 1
+    ids = rng.permutation(objects)[ranks].astype(np.int64) * 7919 + (1 << 40)  # sparse: hashed, not direct
+    scan = np.arange(n // 10, dtype=np.int64) + (1 << 50)  # one pass of new ids: growth mid-trace
+    at = n // 2
+    return np.concatenate([ids[:at], scan, ids[at:]])
+
+
+def _kernel_hits(module, ids, capacity, params):
+    codes, k = factorize_int64(ids)
+    hit = np.zeros(len(codes), dtype=np.uint8)
+    offsets = np.arange(len(codes) + 1, dtype=np.int64)
+    ev, maxres = module.KERNEL(codes, offsets, np.int64(k), np.int64(capacity), hit, **params)
+    return hit, int(ev), int(maxres)
+
+
+def _chunks(ids, size):
+    size = len(ids) if size is None else size
+    return [ids[i:i + size] for i in range(0, len(ids), size)]
+
+
+PARAMS = {s3fifo: [{}, {"small_ratio": 0.25, "ghost_ratio": 2.0, "move_to_main_threshold": 1}],
+          twoq: [{}, {"ain_ratio": 0.5, "aout_ratio": 1.5}], lirs: [{}, {"hir_ratio": 0.2}]}
+
+
+@pytest.mark.parametrize("module", STREAMED, ids=lambda m: m.NAME)
+@pytest.mark.parametrize("chunk", CHUNKS, ids=lambda c: f"chunk{c or 'whole'}")
+def test_stream_equals_kernel_hit_for_hit(module, chunk):
+    assert streamable(module)
+    for seed, capacity in ((1, 25), (2, 120), (3, 5000)):
+        ids = _trace(seed)
+        for params in PARAMS.get(module, [{}]):
+            want, ev, maxres = _kernel_hits(module, ids, capacity, params)
+            offsets = None
+            if module is prefix_lru:  # one request per reference, like an oracleGeneral file
+                offsets = [np.arange(len(c) + 1, dtype=np.int64) for c in _chunks(ids, chunk)]
+            got, got_ev, got_max = stream_hits(module, _chunks(ids, chunk), capacity, params, offsets=offsets,
+                                               first_blocks=1)
+            assert np.array_equal(got, want), (module.NAME, capacity, params, int(np.flatnonzero(got != want)[0]))
+            assert (got_ev, got_max) == (ev, maxres)
+
+
+def test_prefix_lru_requests_across_chunks():
+    """Requests of several blocks, chunks cut at request boundaries."""
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 9, 400)
+    ids = rng.integers(0, 300, lengths.sum()).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    codes, k = factorize_int64(ids)
+    want = np.zeros(len(ids), dtype=np.uint8)
+    prefix_lru.KERNEL(codes, offsets, np.int64(k), np.int64(60), want)
+    cuts = list(range(0, 401, 13)) + [400]
+    chunks, offs = [], []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        lo, hi = offsets[a], offsets[b]
+        chunks.append(ids[lo:hi])
+        offs.append(offsets[a:b + 1] - lo)
+    got, _, _ = stream_hits(prefix_lru, chunks, 60, offsets=offs, first_blocks=1)
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000, 1 << 20])
+def test_factorizer_equals_whole_trace_codes(chunk):
+    rng = np.random.default_rng(9)
+    ids = np.concatenate([rng.integers(-2**62, 2**62, 20_000), rng.integers(0, 50, 5_000),
+                          rng.integers(-2**62, 2**62, 20_000)]).astype(np.int64)
+    want, k = factorize_int64(ids)
+    fac = Factorizer(bits=12)  # starts small: grows several times
+    got = np.concatenate([fac.codes(ids[i:i + chunk]) for i in range(0, len(ids), chunk)])
+    assert np.array_equal(got, want) and fac.n == k
+
+
+def test_factorizer_uint64_ids_like_the_reader():
+    ids = np.array([2**64 - 1, 5, 2**63, 5, 2**64 - 1], dtype=np.uint64)
+    assert Factorizer().codes(ids).tolist() == [0, 1, 2, 1, 0]
+
+
+def test_stream_simulate_equals_in_memory_on_oracle_file(tmp_path):
+    from sitsprof.policies.sweep import simulate
+    from sitsprof.policies.traces.oracle import read_oracle
+
+    ids = _trace(11, n=20_000, objects=3000)
+    sizes = (np.arange(len(ids)) % 5 + 1).astype(np.int64)
+    path = write_oracle_general(tmp_path / "t.oracleGeneral", ids, sizes=sizes)
+    trace = read_oracle(path)
+    modules = [lru, arc, s3fifo, lfu, prefix_lru]
+    results, summary = stream_simulate(path, modules, [50, 700], chunk_refs=999)
+    assert summary["references"] == len(ids) and summary["distinct_blocks"] == trace.n_blocks
+    for r in results:
+        want = simulate(trace, r.policy, r.capacity)
+        assert (r.hits, r.evictions, r.max_resident) == (want.hits, want.evictions, want.max_resident)
+        for key in ("block_hit_ratio", "token_hit_ratio", "prefix_hit_ratio"):
+            assert getattr(r, key) == pytest.approx(getattr(want, key), abs=1e-12), key
+
+
+def test_stream_simulate_matches_libcachesim(tmp_path):
+    from libcachesim_ref import lcs_hit_ratio
+
+    ids = _trace(12, n=30_000, objects=4000)
+    path = write_oracle_general(tmp_path / "t.oracleGeneral", ids)
+    results, _ = stream_simulate(path, [lru, arc, s3fifo], [300], chunk_refs=4096)
+    for r in results:
+        assert r.block_hit_ratio == pytest.approx(lcs_hit_ratio(path, r.policy, 300), abs=1e-12), r.policy
+
+
+def test_unstreamable_policy_refused():
+    from sitsprof.policies.classic import belady
+
+    with pytest.raises(StreamError, match="belady.*without --stream"):
+        stream_hits(belady, [np.arange(5)], 3)
+
+
+def test_bad_record_refused_naming_it(tmp_path):
+    path = write_oracle_general(tmp_path / "t.oracleGeneral", np.arange(100, dtype=np.int64))
+    rec = np.fromfile(path, dtype=ORACLE_DTYPE)
+    rec["timestamp"][60] = 0  # goes back in time, in the second chunk of 50
+    rec.tofile(path)
+    with pytest.raises(TraceFormatError, match=r"record 61: timestamp 0 is earlier"):
+        stream_simulate(path, [lru], [10], chunk_refs=50)
