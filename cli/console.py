@@ -141,8 +141,12 @@ def _policy_modules(policies) -> dict[str, int]:
 
 
 def _compiled_line(stats: dict) -> str:
+    import os
+
+    folder = os.environ.get("NUMBA_CACHE_DIR")  # set by sitsprof.common.numba_cache
+    where = f"in {folder}" if folder else "beside the modules"
     return (f"compiled {stats['count']} kernel(s) in {stats['seconds']:.1f} s (first run only: numba caches "
-            "them beside the modules, later runs load them)")
+            f"them {where}, later runs load them; `sitsprof compile` compiles them all at once)")
 
 
 def run_with_progress(trace, policies: list[str], capacities: list[int], show: bool, console=None,

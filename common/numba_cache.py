@@ -7,10 +7,12 @@ instead, so that the CLI, ``make demo``, ``make test`` and ``sitsprof compile`` 
 write one cache, whatever folder the package is imported from and whoever can write there.
 
 A ``NUMBA_CACHE_DIR`` already set is kept (tests/test_first_run.py makes cold caches that
-way); ``SITSPROF_NUMBA_CACHE_DIR`` overrides the default folder. What stays numba's: inside
-the folder a kernel's files are keyed by its source folder's absolute path, and its index
-by the source file's modification time and size, the numba version and the CPU; so a
-reinstall into another folder (a fresh venv) compiles again, measured in bench/README.md.
+way); ``SITSPROF_NUMBA_CACHE_DIR`` overrides the default folder. Inside it numba would key a
+kernel's files by its source folder's absolute path, so a reinstall into another folder (a
+fresh venv, the copy tests/test_readme.py runs in) would compile again for the same source;
+`configure` also puts sitsprof's locator first in ``NUMBA_CACHE_LOCATOR_CLASSES`` (numba
+0.62+; `sitsprof.common.numba_locator`), which files them by package instead; numba's index
+still checks a hash of the source, numba's version and the CPU (bench/README.md measures it).
 
 Cheap on purpose: this module imports neither numba nor anything heavy (`configure` runs on
 every import of the policy engine) and must run before numba is first imported, since numba
@@ -24,6 +26,10 @@ from pathlib import Path
 
 ENV = "NUMBA_CACHE_DIR"
 OVERRIDE_ENV = "SITSPROF_NUMBA_CACHE_DIR"
+LOCATORS_ENV = "NUMBA_CACHE_LOCATOR_CLASSES"
+#: sitsprof's locator, then numba's own, in numba's order (names numba resolves in numba.core.caching).
+LOCATORS = ("sitsprof.common.numba_locator.PackageCacheLocator,UserProvidedCacheLocator,InTreeCacheLocator,"
+            "UserWideCacheLocator,IPythonCacheLocator,ZipCacheLocator")
 
 
 def default_cache_dir() -> Path:
@@ -36,12 +42,17 @@ def default_cache_dir() -> Path:
 
 
 def configure() -> str:
-    """Set ``NUMBA_CACHE_DIR`` to the default folder unless it is set already; the folder numba will use."""
+    """Set ``NUMBA_CACHE_DIR`` to the default folder and ``NUMBA_CACHE_LOCATOR_CLASSES`` to
+    `LOCATORS`, each unless it is set already; the folder numba will use."""
     folder = os.environ.get(ENV)
     if not folder:
         folder = str(default_cache_dir())
         os.environ[ENV] = folder
+    locators = os.environ.setdefault(LOCATORS_ENV, LOCATORS)
     config = sys.modules.get("numba.core.config")
-    if config is not None and getattr(config, "CACHE_DIR", None) != folder:
-        config.CACHE_DIR = folder  # numba imported before us: kernels decorated from now on use it
+    if config is not None:  # numba imported before us: kernels decorated from now on use these
+        if getattr(config, "CACHE_DIR", None) != folder:
+            config.CACHE_DIR = folder
+        if hasattr(config, "CACHE_LOCATOR_CLASSES") and not config.CACHE_LOCATOR_CLASSES:
+            config.CACHE_LOCATOR_CLASSES = locators
     return folder

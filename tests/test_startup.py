@@ -132,3 +132,32 @@ def test_compile_fills_the_cache_a_later_run_loads(tiny_trace, tmp_path):
                          capture_output=True, text=True, env=env, timeout=900)
     assert run.returncode == 0, run.stderr
     assert "compil" not in run.stderr
+
+
+def test_same_source_in_another_folder_loads_the_kernels_compiled_from_the_first(tmp_path):
+    """A reinstall elsewhere (a fresh venv, the copy test_readme runs in) finds the kernels: the
+    cache is keyed by package and source hash, not by folder (common/numba_locator.py)."""
+    for copy in ("one", "two"):
+        folder = tmp_path / copy / "sitsprof" / "kernelsdemo"
+        folder.mkdir(parents=True)
+        (folder / "__init__.py").write_text("")
+        (folder / "k.py").write_text("from numba import njit\n\n\n@njit(cache=True)\ndef twice(x):\n    return 2 * x\n")
+    code = ("import sys\nsys.path.insert(0, sys.argv[1])\nimport sitsprof.policies\n"
+            "from sitsprof.policies.engine.compiling import watch_compiles\n"
+            "from sitsprof.kernelsdemo.k import twice\n"
+            "with watch_compiles() as stats:\n    assert twice(21) == 42\nprint(stats['count'])")
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "NUMBA_CACHE_LOCATOR_CLASSES")}
+    env["SITSPROF_NUMBA_CACHE_DIR"] = str(tmp_path / "cache")
+
+    def compiles(copy: str) -> int:
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / copy)], capture_output=True, text=True,
+                             env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.strip())
+
+    assert compiles("one") == 1
+    assert compiles("two") == 0  # the other folder's source, the same text: loaded, not compiled
+    assert list((tmp_path / "cache" / "sitsprof.kernelsdemo").glob("k.twice-*.nbi"))
+    (tmp_path / "two" / "sitsprof" / "kernelsdemo" / "k.py").write_text(
+        "from numba import njit\n\n\n@njit(cache=True)\ndef twice(x):\n    return x + x\n")
+    assert compiles("two") == 1  # edited source: compiled again
