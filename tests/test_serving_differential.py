@@ -172,18 +172,20 @@ def test_mooncake_under_the_engine_step_model(n, bt, capacity):
     assert a.preemptions > 0 and len({round(o.finish_time - o.first_token_time, 9) for o in a.requests}) > 100
 
 
-def test_random_small_workloads_engine_equals_reference():
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_random_small_workloads_engine_equals_reference(engine):
     import numpy as np
 
-    reason = engine_status("vllm")
+    reason = engine_status(engine)
     if reason:
         pytest.skip(reason)
     rng = np.random.default_rng(11)
     exercised = {"preempted": 0, "rejected": 0, "evicted": 0}
     for case in range(300):
         requests, capacity, knobs = ref.random_case(rng)
-        a = ref.replay(requests, capacity, duplicates="single", **knobs)
-        b = engine_replay(requests, capacity, **knobs)
+        a = ref.replay(requests, capacity, engine=engine, duplicates="single" if engine == "vllm" else "vllm",
+                       **knobs)
+        b = engine_replay(requests, capacity, engine=engine, **knobs)
         diff = _first_difference(a, b)
         assert diff is None, f"case {case} (capacity {capacity}, {knobs}, {requests}): {diff}"
         exercised["preempted"] += a.preemptions > 0
