@@ -160,7 +160,7 @@ def _unpark(prev, nxt, flag, sc, q, x):
 # ---------------------------------------------------------------- the operations
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ev_hit(pid, S, x):
     prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
     if pid == SIEVE:
@@ -177,7 +177,7 @@ def ev_hit(pid, S, x):
         cnt[x] = _T2
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ev_miss(pid, S, x):
     prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
     sc[_MISS_GHOST] = 0
@@ -202,7 +202,7 @@ def ev_miss(pid, S, x):
             flag[x] |= _PEND_G | _PEND_B2
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ev_admit(pid, S, x):
     """`x` becomes cached, pinned (the pool's ref count is 1)."""
     prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
@@ -231,7 +231,7 @@ def ev_admit(pid, S, x):
     sc[_MISS_GHOST] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ev_pin(pid, S, x):
     prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
     flag[x] |= _PINNED
@@ -239,7 +239,7 @@ def ev_pin(pid, S, x):
         _unlink(prev, nxt, sc, 0, x)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ev_unpin(pid, S, x):
     prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
     flag[x] &= ~_PINNED

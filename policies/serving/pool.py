@@ -57,7 +57,7 @@ def note_pinned(pc):
         pc[PEAK_PINNED] = pinned
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def lookup(ids, b0, max_blocks, cached):
     """Length of the longest cached prefix of ids[b0:b0+max_blocks]."""
     k = 0
@@ -66,7 +66,7 @@ def lookup(ids, b0, max_blocks, cached):
     return k
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def evictable_among(ids, b0, k, ref):
     """How many of the first k (cached) blocks have ref 0 (touching them uses up free room)."""
     e = 0
@@ -76,7 +76,7 @@ def evictable_among(ids, b0, k, ref):
     return e
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def touch(pid, S, ids, b0, k, ref, kind, pc):
     """Pin the k hit blocks ids[b0:b0+k] of a request."""
     for i in range(k):
@@ -89,7 +89,7 @@ def touch(pid, S, ids, b0, k, ref, kind, pc):
         kind[b0 + i] = 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def take_slot(pid, S, cached, pc, ev_log):
     """One slot for a new block: a free one, else the evictor's victim (its id dropped)."""
     if pc[CAPACITY] - pc[N_CACHED] - pc[N_PRIVATE] <= 0:
@@ -107,7 +107,7 @@ def take_slot(pid, S, cached, pc, ev_log):
     pc[ALLOCATED] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def allocate(pid, S, ids, b0, lo, hi, cached, kind, pc, ev_log):
     """Slots for blocks lo..hi-1 of a request (the caller checked `available`)."""
     for i in range(lo, hi):
@@ -118,7 +118,7 @@ def allocate(pid, S, ids, b0, lo, hi, cached, kind, pc, ev_log):
         kind[b0 + i] = 2
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def register(pid, S, ids, b0, lo, hi, ref, cached, kind, pc):
     """Blocks lo..hi-1 of a request are full: cache their ids (private copies of an id that is
     already cached stay private)."""
@@ -133,7 +133,7 @@ def register(pid, S, ids, b0, lo, hi, ref, cached, kind, pc):
             ev_admit(pid, S, x)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def release(pid, S, ids, b0, held, ref, kind, pc):
     """Free a request's `held` blocks, tail first."""
     for i in range(held - 1, -1, -1):
