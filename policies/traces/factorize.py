@@ -133,61 +133,67 @@ def factorize_int64(keys: np.ndarray) -> tuple[np.ndarray, int]:
 # A persistent table for a trace read in chunks (engine/stream.py). The whole-trace path above
 # may pick the direct table from the keys' range, which a stream cannot know in advance, so
 # this one always hashes; the codes are the same (first appearance over the whole stream).
-# Keys and codes sit in two arrays (12 bytes a slot rather than 16) and the table may fill to
-# 3/4: at 20M distinct keys that is 2**25 slots, 384 MiB, where the half-full layout above
-# would need 2**26 slots of 16 bytes (1 GiB).
+# A slot is three uint32 words (key low, key high, code + 1; 0: empty), 12 bytes rather than
+# the 16 above, in one array so a lookup usually touches one cache line, and the table may
+# fill to 3/4: at 20M distinct keys that is 2**25 slots, 384 MiB, where the half-full
+# 16-byte layout would need 2**26 slots (1 GiB).
 
 
 @njit(cache=True)
-def _hash_chunk(keys, start, tkeys, tcodes, bits, k, limit, codes):
-    """Codes of keys[start:] through the table (tcodes holds code + 1, 0: empty) until it
-    holds more than `limit` keys; returns (next index, distinct count)."""
+def _hash_chunk(keys, start, table, bits, k, limit, codes):
+    """Codes of keys[start:] through the packed table until it holds more than `limit`
+    keys; returns (next index, distinct count)."""
     shift = np.uint64(64 - bits)
     mask = (1 << bits) - 1
+    low = np.uint64(0xFFFFFFFF)
     for i in range(start, keys.shape[0]):
         key = keys[i]
+        lo = np.uint32(np.uint64(key) & low)
+        hi = np.uint32(np.uint64(key) >> np.uint64(32))
         j = _slot(key, shift)
         while True:
-            c = tcodes[j]
+            c = table[3 * j + 2]
             if c == 0:
                 k += 1
-                c = k
-                tkeys[j] = key
-                tcodes[j] = c
+                c = np.uint32(k)
+                table[3 * j] = lo
+                table[3 * j + 1] = hi
+                table[3 * j + 2] = c
                 break
-            if tkeys[j] == key:
+            if table[3 * j] == lo and table[3 * j + 1] == hi:
                 break
             j = (j + 1) & mask
-        codes[i] = c - 1
+        codes[i] = np.int32(c) - 1
         if k > limit:
             return i + 1, k
     return keys.shape[0], k
 
 
 @njit(cache=True)
-def _rehash_split(okeys, ocodes, tkeys, tcodes, bits):
+def _rehash_packed(old, table, bits):
     shift = np.uint64(64 - bits)
     mask = (1 << bits) - 1
-    for s in range(ocodes.shape[0]):
-        c = ocodes[s]
+    for s in range(old.shape[0] // 3):
+        c = old[3 * s + 2]
         if c != 0:
-            j = _slot(okeys[s], shift)
-            while tcodes[j] != 0:
+            key = np.int64((np.uint64(old[3 * s + 1]) << np.uint64(32)) | np.uint64(old[3 * s]))
+            j = _slot(key, shift)
+            while table[3 * j + 2] != 0:
                 j = (j + 1) & mask
-            tkeys[j] = okeys[s]
-            tcodes[j] = c
+            table[3 * j] = old[3 * s]
+            table[3 * j + 1] = old[3 * s + 1]
+            table[3 * j + 2] = c
 
 
 class Factorizer:
     """Dense int32 codes for int64 keys arriving in chunks: `codes(chunk)` keeps the table
     between calls, so the codes of the chunks, concatenated, equal `factorize_int64` of the
     whole sequence. `n` is the number of distinct keys seen so far. Memory follows the
-    distinct keys (at most 16 bytes each, 12 bytes a slot at 3/4 load), not the references."""
+    distinct keys (12 bytes a slot, at most 16 bytes a key), not the references."""
 
     def __init__(self, bits: int = 16):
         self.bits = max(int(bits), _MIN_BITS)
-        self._keys = np.zeros(1 << self.bits, dtype=np.int64)
-        self._codes = np.zeros(1 << self.bits, dtype=np.int32)
+        self._table = np.zeros(3 << self.bits, dtype=np.uint32)
         self.n = 0
 
     def _limit(self) -> int:
@@ -195,21 +201,22 @@ class Factorizer:
 
     def _grow(self) -> None:
         self.bits += 1
-        keys = np.zeros(1 << self.bits, dtype=np.int64)
-        codes = np.zeros(1 << self.bits, dtype=np.int32)
-        _rehash_split(self._keys, self._codes, keys, codes, self.bits)
-        self._keys, self._codes = keys, codes
+        table = np.zeros(3 << self.bits, dtype=np.uint32)
+        _rehash_packed(self._table, table, self.bits)
+        self._table = table
 
     def codes(self, chunk: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """The chunk's codes (int32; written into `out` when given, of the chunk's length)."""
-        keys = np.ascontiguousarray(chunk)
+        """The chunk's codes (int32; written into `out` when given, at least the chunk's
+        length). Strided views (a field of a record array) are read in place."""
+        keys = np.asarray(chunk)
         if keys.dtype == np.uint64:
             keys = keys.view(np.int64)
-        keys = keys.astype(np.int64, copy=False)
+        elif keys.dtype != np.int64:
+            keys = keys.astype(np.int64)
         codes = np.empty(len(keys), dtype=np.int32) if out is None else out[: len(keys)]
         i = 0
         while i < len(keys):
-            i, k = _hash_chunk(keys, i, self._keys, self._codes, self.bits, self.n, self._limit(), codes)
+            i, k = _hash_chunk(keys, i, self._table, self.bits, self.n, self._limit(), codes)
             self.n = int(k)
             if self.n > self._limit():
                 if self.n >= _INT32_MAX:

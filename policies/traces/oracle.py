@@ -275,6 +275,29 @@ def oracle_records(path) -> int:
     return n
 
 
+def _first_bad(sizes, time, nxt, lo, last_t):
+    """Index of the first record in a chunk that breaks a local rule, -1 if none (one pass
+    over the strided record fields)."""
+    for i in range(sizes.shape[0]):
+        t = np.int64(time[i])
+        v = nxt[i]
+        if sizes[i] == 0 or t < last_t or (v != -1 and v != 9223372036854775807 and v <= lo + i):
+            return i
+        last_t = t
+    return -1
+
+
+_chunk_compiled = []
+
+
+def _chunk_checker():
+    if not _chunk_compiled:
+        from numba import njit
+
+        _chunk_compiled.append(njit(cache=True)(_first_bad))
+    return _chunk_compiled[0]
+
+
 def iter_oracle_chunks(path, chunk: int = 1 << 22):
     """Yield (index of the first record, records) over an oracleGeneral file, `chunk` records
     at a time, for a replay that streams (engine/stream.py): memory is one chunk (24 bytes a
@@ -305,12 +328,8 @@ def iter_oracle_chunks(path, chunk: int = 1 << 22):
             sizes = records["obj_size"]
             time = records["timestamp"]
             nxt = records["next_access_vtime"]
-            bad = sizes == 0
-            bad[0] |= int(time[0]) < last_t
-            bad[1:] |= time[1:] < time[:-1]
-            bad |= (nxt != -1) & (nxt != _NEVER[1]) & (nxt <= np.arange(lo, hi))
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
+            i = int(_chunk_checker()(sizes, time, nxt, lo, last_t))
+            if i >= 0:
                 if sizes[i] == 0:
                     problem = _problem_text(_SIZE0, 0, None, None, None, 0, n)
                 elif (i == 0 and int(time[0]) < last_t) or (i > 0 and time[i] < time[i - 1]):
