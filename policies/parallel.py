@@ -32,15 +32,12 @@ its first run; see docs/scale.md.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import fields
 
 import numpy as np
@@ -201,6 +198,8 @@ def start_method() -> str:
     """``fork`` on Linux while this process runs no thread but its main one (nothing then holds
     a lock a child could inherit; no kernel here is ``parallel=True``, so numba starts no
     threads), else ``forkserver`` (``spawn`` where there is none)."""
+    import multiprocessing
+
     methods = multiprocessing.get_all_start_methods()
     if sys.platform.startswith("linux") and "fork" in methods and threading.active_count() == 1:
         return "fork"
@@ -208,6 +207,8 @@ def start_method() -> str:
 
 
 def _context(method: str):
+    import multiprocessing
+
     context = multiprocessing.get_context(method)
     if method == "forkserver":
         context.set_forkserver_preload(PRELOAD)  # takes effect when this process's forkserver starts
@@ -228,6 +229,10 @@ def _warm(task, setup, trace: Trace, warm_items: Sequence, shared) -> None:
 
 
 def _pool_map(task, setup, trace, items, shared, jobs, progress, labels, warm_items, method):
+    # imported here: a serial sweep (and every other command) does not pay for them
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
     method = method or start_method()
     if method not in START_METHODS:
         raise ParallelError(f"start method must be one of {', '.join(START_METHODS)}, got {method!r}")
