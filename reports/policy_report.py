@@ -54,6 +54,56 @@ def _curve_figure(curves) -> Figure | None:
                   caption=caption)
 
 
+def _replay_parts(replay) -> tuple[list, list]:
+    """The serving replays (`policy replay --json`'s `replay`): a table, the TTFT CDF of each
+    replay, and queue length and prefix hit ratio over simulated time."""
+    if not isinstance(replay, list):
+        return [], []
+    entries = [r for r in replay if isinstance(r, dict)]
+    if not entries:
+        return [], []
+    rows = [[r.get("engine"), r.get("policy"), r.get("capacity"), r.get("ttft_p50_ms"), r.get("ttft_p99_ms"),
+             r.get("tpot_p50_ms"), r.get("queue_wait_p99_ms"), r.get("tokens_per_s"), r.get("block_hit_ratio"),
+             r.get("prefix_hit_ratio"), r.get("preemptions"), r.get("peak_pinned_blocks"), r.get("rejected")]
+            for r in entries]
+    table = Table(["engine", "policy", "pool (blocks)", "TTFT P50 (ms)", "TTFT P99 (ms)", "TPOT P50 (ms)",
+                   "queue wait P99 (ms)", "tokens/s", "block hit ratio", "prefix hit ratio", "preemptions",
+                   "peak pinned blocks", "rejected"], rows, title="Serving replay")
+    cdf, queue, hits = [], [], []
+    for i, r in enumerate(entries):
+        name = f"{r.get('policy')} @ {r.get('capacity'):,}" if isinstance(r.get("capacity"), int) else str(
+            r.get("policy"))
+        style = {"color": PALETTE[i % len(PALETTE)], "symbol": POLICY_SYMBOLS[i % len(POLICY_SYMBOLS)]}
+        values = [v for v in r.get("ttft_cdf_ms") or [] if isinstance(v, (int, float))]
+        if len(values) == 101:
+            trace = _policy_trace(name, values, [p / 100 for p in range(101)], style)
+            trace["mode"] = "lines"
+            cdf.append(trace)
+        series = [w for w in r.get("series") or [] if isinstance(w, dict)]
+        if series:
+            xs = [w.get("time_s") for w in series]
+            q = _policy_trace(name, xs, [w.get("waiting") for w in series], style)
+            q["mode"] = "lines"
+            queue.append(q)
+            h = _policy_trace(name, xs, [w.get("hit_ratio") for w in series], style)
+            h["mode"] = "lines"
+            hits.append(h)
+    figs = []
+    if cdf:
+        figs.append(Figure("TTFT distribution per policy (serving replay)", cdf,
+                           axis_titles("time to first token (ms)", "share of requests", xaxis={"type": "log"})))
+    if queue:
+        figs.append(Figure("Waiting requests over time (serving replay)", queue,
+                           axis_titles("simulated time (s)", "requests waiting"),
+                           caption="Requests arrived and not yet first scheduled, at the middle of 100 windows."))
+    if hits:
+        figs.append(Figure("Prefix hit ratio over time (serving replay)", hits,
+                           axis_titles("simulated time (s)", "block hit ratio"),
+                           caption="Hit blocks over full prompt blocks of the requests first scheduled "
+                                   "in each window."))
+    return [table], figs
+
+
 def policy_section(payload: Any, source: str = "") -> Section:
     """Tables and plots from the policy engine's results (SimResult.to_dict rows).
 
@@ -108,6 +158,9 @@ def policy_section(payload: Any, source: str = "") -> Section:
     curve_figure = _curve_figure(payload.get("curves"))
     if curve_figure is not None:
         figs.append(curve_figure)
+    replay_tables, replay_figs = _replay_parts(payload.get("replay"))
+    tables.extend(replay_tables)
+    figs.extend(replay_figs)
     timeline = payload.get("decisions") or payload.get("timeline") or []
     at = payload.get("decisions_capacity")
     if not timeline:  # `policy simulate --json`: the SITS rows carry their decisions as events

@@ -187,3 +187,28 @@ def test_cli_replay_bad_input_is_one_line(tmp_path, capsys):
         assert main(["policy", "replay", str(path), *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
+
+
+def test_report_draws_the_replay(tmp_path):
+    from click.testing import CliRunner
+
+    from sitsprof.cli.main import cli
+    from sitsprof.policies.engine.results import PolicyResultsError, read_results
+    from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl
+    from sitsprof.reports.policy_report import policy_section
+
+    path = write_mooncake_jsonl(generate_requests(seed=4, duration_s=60.0), tmp_path / "w.jsonl")
+    res = CliRunner().invoke(cli, ["policy", "replay", str(path), "-p", "lru,arc", "-c", "2000", "--json"])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "replay.json"
+    out.write_text(res.output)
+    doc = read_results(out)
+    assert len(doc["replay"][0]["ttft_cdf_ms"]) == 101 and len(doc["replay"][0]["series"]) == 100
+    section = policy_section(doc, str(out))
+    titles = [f.title for f in section.figures]
+    assert any("TTFT distribution" in t for t in titles) and any("Waiting requests" in t for t in titles)
+    assert any("hit ratio over time" in t for t in titles)
+    assert any(t.title == "Serving replay" and len(t.rows) == 2 for t in section.tables)
+    out.write_text(json.dumps(dict(doc, replay=[{"policy": "lru"}])))
+    with pytest.raises(PolicyResultsError, match="replay"):
+        read_results(out)
