@@ -29,8 +29,10 @@ from sitsprof.policies.serving.reblock import reblock
 from sitsprof.policies.serving.scheduler import run_replay
 from sitsprof.policies.traces.detect import read_trace
 from sitsprof.policies.traces.generator import generate_workload
+from sitsprof.policies.traces.opening import BUNDLED
 
 MOONCAKE = Path("/work/shared/data/mooncake/conversation_trace.jsonl")
+
 
 
 def timed(fn, repeat):
@@ -71,10 +73,11 @@ def incremental_kernel(pid, S, block, capacity, hit):
 
 
 def part1(repeat):
-    if not MOONCAKE.exists():
-        print(f"1. skipped: {MOONCAKE} is not here")
+    path = next((p for p in (BUNDLED["mooncake"], MOONCAKE) if p.exists()), None)
+    if path is None:
+        print("1. skipped: no Mooncake trace (bundled or /work/shared/data)")
         return
-    trace = read_trace(MOONCAKE)
+    trace = read_trace(path)
     rb = reblock(trace, 16)
     cap = rb.n_ids // 10
     run_replay(trace, "lru", cap, reblocked=rb)  # warm

@@ -17,14 +17,15 @@ from sitsprof.policies.traces.detect import read_trace
 from sitsprof.policies.traces.generator import generate_workload
 
 MOONCAKE = Path("/work/shared/data/mooncake/conversation_trace.jsonl")
-BUNDLED = Path(__file__).resolve().parents[1] / "policies" / "traces" / "data"
 
 
 def _mooncake():
-    for p in [MOONCAKE, *sorted(BUNDLED.glob("*conversation*"))] if BUNDLED.exists() else [MOONCAKE]:
+    from sitsprof.policies.traces.opening import BUNDLED
+
+    for p in (BUNDLED["mooncake"], MOONCAKE):
         if p.exists():
             return read_trace(p)
-    pytest.skip("the Mooncake conversation trace is not here (/work/shared/data/mooncake or the bundled copy)")
+    pytest.skip("the Mooncake conversation trace is not here (neither the bundled copy nor /work/shared/data)")
 
 
 @pytest.fixture(scope="module")
