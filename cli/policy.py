@@ -103,10 +103,14 @@ def _trace_options(func):
 @click.option("--cluster", "cluster", default=None, metavar="ADDRESS",
               help="Run the sweep on a Dask distributed scheduler, e.g. tcp://10.0.0.5:8786 "
                    "(pip install 'sitsprof[cluster]'; docs/scale.md); the same results as one process.")
+@click.option("--stream", "stream", is_flag=True, default=False,
+              help="oracleGeneral traces: read the file in chunks, keeping each policy's state between them, "
+                   "so memory follows the distinct blocks, not the trace's length (docs/scale.md); the same hits. "
+                   "Classic policies only (not belady, sits, semantic-shard); no cost model TTFT.")
 def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as_json, as_csv,
                  calibration=None, model_name=None, miss_mode="recompute", shard_key=None, ttl=None, window=None,
                  threshold=False, threshold_windows=None, param_items=(), embedder=None, events_path=None,
-                 jobs=None, cluster=None) -> None:
+                 jobs=None, cluster=None, stream=False) -> None:
     """Replay TRACE (Mooncake JSONL, oracleGeneral, CSV or request JSONL) through each policy at each capacity."""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are alternatives; pick one")
@@ -124,6 +128,9 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
         if value is not None:
             given[name] = value
     params = bind_params(policies, given)
+    if stream:
+        _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, params, skip_bad_lines, as_json, as_csv)
+        return
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
     capacities = parse_capacities(capacity_text, trace.n_blocks)
     results = run_with_progress(trace, policies, capacities, not (as_json or as_csv), simulate=run_policies,
@@ -156,6 +163,46 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
         stdout_console().print("headroom (belady, offline optimal) block hit: "
                                + ", ".join(f"{r.block_hit_ratio:.4f} at {r.capacity:,}" for r in best))
     stdout_console().print(cost_table(results, title=cost_title(results)))
+
+
+def _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, params, skip_bad_lines, as_json,
+                     as_csv) -> None:
+    """`policy simulate --stream`: policies.engine.stream over an oracleGeneral file."""
+    from sitsprof.policies.engine.capacity import parse_capacities
+    from sitsprof.policies.engine.results import document, result_rows, rows_to_csv
+    from sitsprof.policies.engine.stream import StreamError, count_distinct, stream_simulate, streamable
+    from sitsprof.policies.registry import get_policy
+    from sitsprof.policies.traces.detect import detect_format
+
+    fmt = (fmt or detect_format(trace_path)).lower()
+    if fmt != "oracle":
+        raise StreamError(f"--stream reads oracleGeneral traces; {trace_path} is {fmt} (replay it without --stream)")
+    if skip_bad_lines:
+        raise StreamError("--stream refuses the first bad record rather than skipping it; drop --skip-bad-lines "
+                          "or replay without --stream")
+    modules = [get_policy(name) for name in policies]
+    if policy_text.strip().lower() == "all":
+        left = [m.NAME for m in modules if not streamable(m)]
+        modules = [m for m in modules if streamable(m)]
+        click.echo(f"sitsprof: --stream leaves out {', '.join(left)} (they need the whole trace)", err=True)
+    n_blocks = 0
+    if "%" in capacity_text:
+        click.echo("sitsprof: --stream: counting distinct blocks for the % capacities (one extra pass)", err=True)
+        n_blocks = count_distinct(trace_path)
+    capacities = parse_capacities(capacity_text, n_blocks)
+    results, summary = stream_simulate(trace_path, modules, capacities, params=params)
+    rows = result_rows(results)
+    if as_json:
+        emit_json(document(rows, trace=summary))
+        return
+    if as_csv:
+        click.echo(rows_to_csv(rows), nl=False)
+        return
+    title = (f"{trace_path} (streamed): {summary['references']:,} block references, "
+             f"{summary['distinct_blocks']:,} distinct blocks")
+    stdout_console().print(results_table(results, title=title))
+    stdout_console().print("cost model (TTFT) not computed when streaming: it needs every request at once; "
+                           "replay without --stream for it")
 
 
 MRC_HELP = """Hit-ratio curves of TRACE over many capacities: LRU exact in one pass (stack distances),

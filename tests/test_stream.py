@@ -141,3 +141,34 @@ def test_bad_record_refused_naming_it(tmp_path):
     rec.tofile(path)
     with pytest.raises(TraceFormatError, match=r"record 61: timestamp 0 is earlier"):
         stream_simulate(path, [lru], [10], chunk_refs=50)
+
+
+def test_cli_stream_equals_in_memory(cli, tmp_path):
+    import json
+
+    ids = _trace(21, n=8000, objects=1500)
+    path = write_oracle_general(tmp_path / "t.oracleGeneral", ids)
+    args = ("policy", "simulate", str(path), "-p", "lru,s3fifo,2q", "-c", "40,10%", "--json")
+    code, out, err = cli(*args, "--stream")
+    assert code == 0, err
+    streamed = json.loads(out)
+    code, out, _ = cli(*args)
+    assert code == 0
+    whole = json.loads(out)
+    assert streamed["trace"]["distinct_blocks"] == whole["trace"]["distinct_blocks"]
+    pick = ("policy", "capacity", "hits", "block_hit_ratio", "prefix_hit_ratio", "evictions", "max_resident")
+    assert [{k: r[k] for k in pick} for r in streamed["results"]] == [{k: r[k] for k in pick} for r in whole["results"]]
+    code, out, err = cli("policy", "simulate", str(path), "-p", "lru", "-c", "40", "--stream")
+    assert code == 0 and "(streamed)" in out and "TTFT) not computed when streaming" in out
+
+
+def test_cli_stream_refusals(cli, tmp_path):
+    path = write_oracle_general(tmp_path / "t.oracleGeneral", np.arange(50, dtype=np.int64))
+    code, _, err = cli("policy", "simulate", str(path), "-p", "belady", "-c", "10", "--stream")
+    assert code == 2 and "cannot be streamed" in err and len(err.strip().splitlines()) == 1
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, 2]}\n')
+    code, _, err = cli("policy", "simulate", str(jsonl), "-p", "lru", "-c", "10", "--stream")
+    assert code == 2 and "--stream reads oracleGeneral traces" in err
+    code, _, err = cli("policy", "simulate", str(path), "-p", "all", "-c", "10", "--stream")
+    assert code == 0 and "leaves out" in err and "belady" in err

@@ -40,8 +40,8 @@ from ..traces.factorize import Factorizer
 from .params import check_params, kernel_params
 from .replay import SimResult
 
-#: Default chunk: 4M references (96 MB of records, 16 MB of codes, 4 MB of hit flags).
-CHUNK_REFS = 1 << 22
+#: Default chunk: 1M references (24 MB of records, 4 MB of codes, 1 MB of hit flags).
+CHUNK_REFS = 1 << 20
 #: Per-block state grows to at least this factor of its size when new ids outgrow it.
 GROWTH = 1.5
 _FIRST_BLOCKS = 1 << 16
@@ -231,3 +231,15 @@ def stream_simulate(path, policies, capacities, chunk_refs: int = CHUNK_REFS, pa
     summary = {"path": str(path), "format": "oracle", "references": references, "requests": references,
                "distinct_blocks": fac.n, "read_seconds": read_s, "streamed": True}
     return replay.results(references, total_tokens), summary
+
+
+def count_distinct(path, chunk_refs: int = CHUNK_REFS) -> int:
+    """Distinct ids of an oracleGeneral file, in one streaming pass (for capacities given as a
+    share of the distinct blocks, which a single streaming pass cannot know in advance)."""
+    fac = Factorizer()
+    buf = np.empty(0, dtype=np.int32)
+    for _, ids, _ in _oracle_chunks(path, chunk_refs):
+        if len(buf) < len(ids):
+            buf = np.empty(len(ids), dtype=np.int32)
+        fac.codes(ids, out=buf)
+    return fac.n
