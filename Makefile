@@ -16,7 +16,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
-# The policy kernels compiled once, on every core, into numba's per-user cache
+# The policy kernels compiled once (side by side on 3+ cores) into numba's per-user cache
 # (common/numba_cache.py: ~/.cache/sitsprof/numba), before the demo or the tests load them:
 # `make demo` then `make test` compile nothing twice. Again only when the engine's source changes.
 $(VENV)/.compiled: $(VENV)/.installed $(wildcard policies/*.py policies/*/*.py)

@@ -1,4 +1,4 @@
-"""`sitsprof compile`: compile the policy kernels now, on every core, so no later run waits."""
+"""`sitsprof compile`: compile the policy kernels now (on the cores there are), so no later run waits."""
 from __future__ import annotations
 
 import click
@@ -10,7 +10,8 @@ from sitsprof.common import jsonout
 @click.option("--policy", "-p", "policy_text", default="all", show_default=True,
               help="Comma-separated policies whose kernels to compile, or 'all'.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-              help="Worker processes compiling at once (default: every core, at most one per policy).")
+              help="Worker processes compiling at once (default: every core on 3 cores or more, else 1; "
+                   "at most one per policy).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was compiled as JSON.")
 def compile_cmd(policy_text: str, jobs: int | None, as_json: bool) -> None:
     """Compile (or, when cached, load) the numba kernels the policy commands use: a first

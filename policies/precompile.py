@@ -8,8 +8,9 @@ the cost model, the metrics) and the Belady headroom line. numba writes each com
 cache (`sitsprof.common.numba_cache`), which every later run loads.
 
 The shared kernels (trace reading, the cost model, Belady) compile first, here; then the
-policies compile in `jobs` worker processes at once (default: every core), so a cold cache
-costs about the slowest policy's compile rather than the sum of them all. Two workers that
+policies compile in `jobs` worker processes at once (default: every core on 3 cores or more,
+one process on fewer, as measured), so a cold cache costs about the slowest policy's compile
+rather than the sum of them all where there are cores to spare. Two workers that
 compile the same helper both write it, one after the other; numba replaces its cache files
 whole, so the worst case is a helper compiled twice. Results are untouched: a compiled
 kernel is the same kernel whichever process compiled it.
@@ -33,6 +34,17 @@ WARM_CAPACITY = 50
 SHARED = ("lru", "belady")
 
 Note = Callable[[str], None]
+#: Fewer cores than this: compile in one process. Measured on the 2-core development VM
+#: (bench/README.md, bench_startup.py): two workers took 62 s wall and 48 s CPU against one
+#: process's 40 s and 36 s (policies compiled side by side compile their shared helpers twice,
+#: and two hyperthreads do not make two cores).
+MIN_CORES_FOR_WORKERS = 3
+
+
+def default_jobs() -> int:
+    """Worker processes when not told: every core from MIN_CORES_FOR_WORKERS cores up, else 1."""
+    cores = cpu_count()
+    return cores if cores >= MIN_CORES_FOR_WORKERS else 1
 
 
 def _warm_trace(folder: str):
@@ -60,14 +72,14 @@ def _compile_one(trace_folder: str, policy: str) -> tuple[str, float, int]:
 
 def precompile(policies: str | list[str] = "all", jobs: int | None = None, note: Note | None = None) -> dict:
     """Compile (or load, when cached) the kernels `policies` use ("all" or "lru,arc" or a list);
-    `jobs` worker processes (None: every core, at most one per policy). `note(text)` hears one
+    `jobs` worker processes (None: `default_jobs()`, at most one per policy). `note(text)` hears one
     line per policy as it finishes. Returns {"policies", "seconds", "compiles", "jobs"}."""
     names = select_policies(policies) if isinstance(policies, str) else select_policies(",".join(policies))
     names = names or policy_names()
     say = note or (lambda _text: None)
     started = time.perf_counter()
     total = len(names)
-    jobs = max(1, min(jobs or cpu_count(), total))
+    jobs = max(1, min(jobs or default_jobs(), total))
     compiles = 0
     with tempfile.TemporaryDirectory(prefix="sitsprof-compile-") as folder:
         shared = [n for n in SHARED if n in names] or [names[0]]

@@ -161,3 +161,13 @@ def test_same_source_in_another_folder_loads_the_kernels_compiled_from_the_first
     (tmp_path / "two" / "sitsprof" / "kernelsdemo" / "k.py").write_text(
         "from numba import njit\n\n\n@njit(cache=True)\ndef twice(x):\n    return x + x\n")
     assert compiles("two") == 1  # edited source: compiled again
+
+
+def test_compile_workers_only_where_there_are_cores_to_spare(monkeypatch):
+    """Two workers measured slower than one process on 2 cores (bench/README.md): one there."""
+    from sitsprof.policies import precompile
+
+    monkeypatch.setattr(precompile, "cpu_count", lambda: 2)
+    assert precompile.default_jobs() == 1
+    monkeypatch.setattr(precompile, "cpu_count", lambda: 16)
+    assert precompile.default_jobs() == 16
