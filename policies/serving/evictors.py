@@ -25,8 +25,9 @@ How a pinned block is passed over, per policy:
 - S3-FIFO: a pinned block popped from a queue's tail is parked (off the ring, still counted in
   its queue, its counter kept) and goes back to that queue's oldest end when unpinned.
 
-The replay (scheduler.py) compiles these into its own numba cache, which watches only
-scheduler.py: after editing this file or pool.py, delete policies/serving/__pycache__/*.nb*.
+The replay (scheduler.py) compiles these into its own numba cache, which numba keys on
+scheduler.py alone; scheduler.py drops that cache when this file, pool.py, radix.py or the step
+model changed (a digest of their sources beside the cache).
 - ARC: REPLACE takes the oldest unpinned block of the list it chose (T1 or T2), the other
   list when that one has none; pinned blocks passed are parked as in FIFO (still counted in
   their list's size; a hit moves a parked block to T2's head).

@@ -55,6 +55,33 @@ from .pool import (
 )
 from .radix import new_radix, r_allocate, r_register, r_release, r_touch
 
+
+def _drop_stale_cache(dispatcher) -> None:
+    """numba's on-disk cache of `replay` checks only this file's stamp, yet the evictors, the
+    pool, the radix tree and the step model are compiled into it: when any of them changed
+    since the cache was written, drop this module's cache files (wherever numba's locator put
+    them) so the next call compiles afresh."""
+    import hashlib
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    try:
+        cache = Path(dispatcher._cache._cache_path)
+        digest = hashlib.sha1()
+        for name in ("scheduler.py", "evictors.py", "pool.py", "radix.py", "latency.py", "steptime.py"):
+            f = here / name
+            if f.exists():
+                digest.update(name.encode() + f.read_bytes())
+        stamp = cache / "scheduler.sources"
+        if stamp.exists() and stamp.read_text() == digest.hexdigest():
+            return
+        for old in cache.glob("scheduler.*.nb[ic]"):
+            old.unlink()
+        cache.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(digest.hexdigest())
+    except (OSError, AttributeError):  # a read-only cache, or a numba without this attribute
+        pass
+
 try:  # S3's step latency model; the placeholder keeps its interface until it exists
     from .latency import StepCostModel, step_seconds  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on another engineer's module
@@ -304,6 +331,9 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
             keep += 1
         n_run = keep
     return now
+
+
+_drop_stale_cache(replay)
 
 
 # ---------------------------------------------------------------- the Python side
