@@ -33,8 +33,24 @@ import json
 import os
 import threading
 import time
-from ctypes import (CFUNCTYPE, POINTER, Structure, Union, c_char, c_char_p, c_double, c_int, c_int64,
-                    c_longlong, c_uint, c_uint32, c_ulonglong, c_ushort, c_void_p, c_ulong)
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    Union,
+    c_char,
+    c_char_p,
+    c_double,
+    c_int,
+    c_int64,
+    c_longlong,
+    c_uint,
+    c_uint32,
+    c_ulong,
+    c_ulonglong,
+    c_ushort,
+    c_void_p,
+)
 from pathlib import Path
 
 ENV = "SITSPROF_FAKE_NVML"
@@ -120,6 +136,10 @@ class FieldValue(Structure):  # nvmlFieldValue_t
                 ("valueType", c_uint), ("nvmlReturn", c_uint), ("value", Value)]
 
 
+class Sample(Structure):  # nvmlSample_t
+    _fields_ = [("timeStamp", c_ulonglong), ("sampleValue", Value)]
+
+
 class GpmSupport(Structure):  # nvmlGpmSupport_t
     _fields_ = [("version", c_uint), ("isSupportedDevice", c_uint)]
 
@@ -139,6 +159,10 @@ class GpmMetricsGetHead(Structure):  # nvmlGpmMetricsGet_t up to the metrics arr
 # GPM metric ids (nvml.h nvmlGpmMetricId_t) -> state key
 _GPM_KEYS = {1: "sm_util", 2: "sm_util", 3: "sm_occupancy", 10: "dram_bw_util",
              20: "pcie_tx", 21: "pcie_rx", 60: "nvlink_rx", 61: "nvlink_tx"}
+# nvmlSamplingType_t (nvml.h): NVML_TOTAL_POWER_SAMPLES 0 (mW), NVML_GPU_UTILIZATION_SAMPLES 1,
+# NVML_MEMORY_UTILIZATION_SAMPLES 2 (%) -> state key; the driver's sample period per type (us)
+_SAMPLE_KEYS = {0: "power_mw", 1: "util_gpu", 2: "util_mem"}
+_SAMPLE_PERIOD_US = {"0": 20_000, "1": 166_667, "2": 166_667}
 # field ids (nvml.h NVML_FI_*) the fake answers
 _FI_TOTAL_ENERGY, _FI_POWER_INSTANT = 83, 186
 
@@ -167,6 +191,8 @@ class FakeNvmlLib:
         self._sample_buffers: dict[int, ctypes.Array] = {}
         self._errbuf = ctypes.create_string_buffer(b"Unknown Error (fake NVML)")
         self._t0 = time.monotonic()
+        self.gpm_sample_times: list[float] = []  # time.monotonic() of each nvmlGpmSampleGet
+        self.sample_queries: list[tuple[int, int]] = []  # (type, lastSeenTimeStamp) of each nvmlDeviceGetSamples
         self._build()
 
     # -- helpers ------------------------------------------------------------------------
@@ -286,6 +312,47 @@ class FakeNvmlLib:
             if index >= len(self._handles):
                 return INVALID_ARGUMENT
             out[0] = ctypes.addressof(self._handles[index])
+            return SUCCESS
+
+        # nvml.h: nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) and
+        # nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device), the bus id
+        # "in the following formats: domain:bus:device.function, bus:device.function" (hex,
+        # "%x:%x:%x.%x", so CUDA's 4-digit domain matches NVML's 8-digit one); NVML_ERROR_NOT_FOUND
+        # when no device has it. nvmlDeviceGetIndex(device, unsigned int *index): NVML's enumeration
+        # index, which "may not correlate with other APIs, such as the CUDA device index" (nvml.h).
+        @entry("nvmlDeviceGetHandleByUUID", c_char_p, POINTER(c_void_p))
+        def handle_by_uuid(uuid, out):
+            if not self.initialized:
+                return UNINITIALIZED
+            if not uuid:
+                return INVALID_ARGUMENT
+            for i, dev in enumerate(self.state["devices"]):
+                if dev["uuid"] == uuid.decode():
+                    out[0] = ctypes.addressof(self._handles[i])
+                    return SUCCESS
+            return NOT_FOUND
+
+        @entry("nvmlDeviceGetHandleByPciBusId_v2", c_char_p, POINTER(c_void_p))
+        def handle_by_pci(bus_id, out):
+            if not self.initialized:
+                return UNINITIALIZED
+            wanted = _pci_tuple(bus_id.decode()) if bus_id else None
+            if wanted is None:
+                return INVALID_ARGUMENT
+            for i, dev in enumerate(self.state["devices"]):
+                if _pci_tuple(dev["pci_bus_id"]) == wanted:
+                    out[0] = ctypes.addressof(self._handles[i])
+                    return SUCCESS
+            return NOT_FOUND
+
+        @entry("nvmlDeviceGetIndex", _P, _U)
+        def device_index(handle, out):
+            if not self.initialized:
+                return UNINITIALIZED
+            index = self._addr.get(handle)
+            if index is None:
+                return INVALID_ARGUMENT
+            out[0] = index
             return SUCCESS
 
         @device_entry("nvmlDeviceGetName", _P, c_uint)
@@ -468,6 +535,44 @@ class FakeNvmlLib:
                     value.nvmlReturn = NOT_SUPPORTED
             return SUCCESS
 
+        # nvml.h nvmlDeviceGetSamples(device, nvmlSamplingType_t type, unsigned long long
+        # lastSeenTimeStamp, nvmlValueType_t *sampleValType, unsigned int *sampleCount,
+        # nvmlSample_t *samples): the driver's buffer of timestamped samples ("CPU timestamp in
+        # microseconds"); with samples NULL it returns in sampleCount how many can be queried;
+        # "Set lastSeenTimeStamp to one of the timeStamps retrieved from the date of the previous
+        # query to get more recent samples"; the count is updated to how many were retrieved;
+        # NVML_ERROR_NOT_FOUND "if sample entries are not found". Power, utilisation and clock
+        # samples are "unsigned int" (NVML_VALUE_TYPE_UNSIGNED_INT = 1). The fake's driver takes
+        # a sample every `sample_period_us[type]` (state) and keeps the last `sample_buffer`.
+        @device_entry("nvmlDeviceGetSamples", c_uint, c_ulonglong, _U, _U, POINTER(Sample))
+        def samples(dev, kind, last_seen, value_type, count, out):
+            if not count:
+                return INVALID_ARGUMENT
+            periods = self.state.get("sample_period_us", _SAMPLE_PERIOD_US)
+            period = periods.get(str(kind))
+            if period is None or not self.state.get("samples_supported", True):
+                return NOT_SUPPORTED
+            now_us = int(time.time() * 1e6)
+            newest = now_us - now_us % period
+            stamps = [t for t in range(newest - (self.state.get("sample_buffer", 120) - 1) * period,
+                                       newest + 1, period) if t > last_seen]
+            self.sample_queries.append((kind, last_seen))
+            if not stamps:
+                return NOT_FOUND
+            value_type[0] = 1
+            if not out:
+                count[0] = len(stamps)
+                return SUCCESS
+            if count[0] == 0:
+                return INVALID_ARGUMENT
+            stamps = stamps[:count[0]]
+            key = _SAMPLE_KEYS[kind]
+            for i, stamp in enumerate(stamps):
+                out[i].timeStamp = stamp
+                out[i].sampleValue.uiVal = int(dev.get(key, 0))
+            count[0] = len(stamps)
+            return SUCCESS
+
         # GPM (Hopper+): absent on old drivers, isSupportedDevice = 0 before Hopper
         if self.state.get("gpm") != "absent":
             @device_entry("nvmlGpmQueryDeviceSupport", POINTER(GpmSupport))
@@ -500,7 +605,13 @@ class FakeNvmlLib:
                     return INVALID_ARGUMENT
                 if self.state.get("gpm") != "supported":
                     return NOT_SUPPORTED
-                self._samples[sample] = (time.monotonic(), dict(dev))
+                # nvml.h (nvmlGpmMetricsGet): "The interval between these two nvmlGpmSampleGet()
+                # calls should be greater than 100ms due to the internal sample refresh rate";
+                # the real call does not refuse a shorter one (the metrics are just wrong), so
+                # the fake records each call's time for the tests to check.
+                now = time.monotonic()
+                self.gpm_sample_times.append(now)
+                self._samples[sample] = (now, dict(dev))
                 return SUCCESS
 
             @entry("nvmlGpmMetricsGet", POINTER(GpmMetricsGetHead))
@@ -526,6 +637,19 @@ class FakeNvmlLib:
         self._fns = fns
         for name, fn in fns.items():
             setattr(self, name, fn)
+
+
+def _pci_tuple(bus_id: str):
+    """(domain, bus, device, function) of "domain:bus:device.function" or "bus:device.function" (hex)."""
+    try:
+        parts = bus_id.strip().split(":")
+        if len(parts) == 2:
+            parts = ["0", *parts]
+        domain, bus, rest = parts
+        device, function = rest.split(".")
+        return int(domain, 16), int(bus, 16), int(device, 16), int(function, 16)
+    except ValueError:
+        return None
 
 
 def _put_string(buf, size, text: str) -> int:
