@@ -55,7 +55,10 @@ def incremental_kernel(pid, S, block, capacity, hit):
         x = block[i]
         if resident[x]:
             hit[i] = 1
-            ev.ev_hit(pid, S, x)
+            v = ev.ev_hit(pid, S, x)
+            if v >= 0:
+                resident[v] = 0
+                n -= 1
             ev.ev_pin(pid, S, x)
             ev.ev_unpin(pid, S, x)
             continue

@@ -353,7 +353,7 @@ def _keep_trace_block_tokens(ctx, param, value):
               help="Prefix-cache rules: vLLM v1's block pool, or SGLang's radix cache.")
 @click.option("--policy", "-p", "policy_text", default=REPLAY_POLICIES, show_default=True,
               help="Comma-separated policies ordering the evictable blocks: lru (vLLM's own order), fifo, sieve, "
-                   "s3fifo, arc.")
+                   "s3fifo, arc, lirs, or all.")
 @click.option("--capacity", "-c", "capacity_text", default="10%", show_default=True,
               help="Comma-separated pool sizes in KV blocks (100k) or % of the re-blocked trace's distinct blocks.")
 @click.option("--block-tokens", "kv_block_tokens", type=click.IntRange(min=1), default=16, show_default=True,

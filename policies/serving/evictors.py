@@ -28,6 +28,7 @@ How a pinned block is passed over, per policy:
 The replay (scheduler.py) compiles these into its own numba cache, which numba keys on
 scheduler.py alone; scheduler.py drops that cache when this file, pool.py, radix.py or the step
 model changed (a digest of their sources beside the cache).
+- LIRS (lirs_form.py): Q's oldest unpinned block, else S's oldest unpinned LIR block.
 - ARC: REPLACE takes the oldest unpinned block of the list it chose (T1 or T2), the other
   list when that one has none; pinned blocks passed are parked as in FIFO (still counted in
   their list's size; a hit moves a parked block to T2's head).
@@ -39,9 +40,10 @@ from numba import njit
 
 from ..classic._structs import NIL
 from ..classic.twoq import ghost_add, ghost_take, new_ghost, new_ring, ring_pop, ring_push
+from .lirs_form import lirs_admit, lirs_hit, lirs_miss, lirs_victim
 
-LRU, FIFO, SIEVE, S3FIFO, ARC = 0, 1, 2, 3, 4
-POLICY_IDS = {"lru": LRU, "fifo": FIFO, "sieve": SIEVE, "s3fifo": S3FIFO, "arc": ARC}
+LRU, FIFO, SIEVE, S3FIFO, ARC, LIRS = 0, 1, 2, 3, 4, 5
+POLICY_IDS = {"lru": LRU, "fifo": FIFO, "sieve": SIEVE, "s3fifo": S3FIFO, "arc": ARC, "lirs": LIRS}
 
 # flag bits (S3-FIFO's SMALL/MAIN/GHOST are twoq's and s3fifo's: 1, 2, 4)
 _SMALL, _MAIN, _GHOST = 1, 2, 4
@@ -66,7 +68,7 @@ _NSC = 32
 
 
 def new_state(pid: int, n_ids: int, capacity: int, small_ratio: float = 0.1, ghost_ratio: float = 0.9,
-              move_to_main_threshold: int = 2):
+              move_to_main_threshold: int = 2, hir_ratio: float = 0.01):
     """The evictor state for `n_ids` block ids and a pool of `capacity` blocks."""
     n = max(int(n_ids), 1)
     prev = np.full(n, NIL, dtype=np.int32)
@@ -87,6 +89,14 @@ def new_state(pid: int, n_ids: int, capacity: int, small_ratio: float = 0.1, gho
         ghost = new_ghost(gs)
         sc[_SMALL_SIZE], sc[_MAIN_SIZE], sc[_GHOST_SIZE] = ss, capacity - ss, gs
         sc[_THRESH] = move_to_main_threshold
+    elif pid == LIRS:  # Q links in small/main, NH links in ghost/gpos, LIRS flags in cnt
+        cnt = np.zeros(n, dtype=np.int32)
+        small = np.full(n, NIL, dtype=np.int32)
+        main = np.full(n, NIL, dtype=np.int32)
+        ghost = np.full(n, NIL, dtype=np.int32)
+        gpos = np.full(n, NIL, dtype=np.int32)
+        hirs = max(1, int(hir_ratio * capacity))
+        sc[_SMALL_SIZE], sc[_MAIN_SIZE] = capacity - hirs, hirs  # LIR set, resident HIR (Q)
     else:
         small = main = ghost = np.zeros(1, dtype=np.int32)
     return prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp
@@ -163,7 +173,10 @@ def _unpark(prev, nxt, flag, sc, q, x):
 
 @njit(cache=True, inline="always")
 def ev_hit(pid, S, x):
+    """Returns a block the hit evicted (LIRS only: a Q-only hit can push out Q's bottom), else NIL."""
     prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
+    if pid == LIRS:
+        return lirs_hit(S, x)
     if pid == SIEVE:
         flag[x] |= _VISITED
     elif pid == S3FIFO:
@@ -176,13 +189,16 @@ def ev_hit(pid, S, x):
             _unlink(prev, nxt, sc, cnt[x], x)  # T1 or T2, to the head of T2
         _push_head(prev, nxt, sc, _T2, x)
         cnt[x] = _T2
+    return np.int32(NIL)
 
 
 @njit(cache=True, inline="always")
 def ev_miss(pid, S, x):
     prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
     sc[_MISS_GHOST] = 0
-    if pid == S3FIFO:
+    if pid == LIRS:
+        lirs_miss(S, x)
+    elif pid == S3FIFO:
         if ghost_take(flag, x):
             sc[_GQ] -= 1
             sc[_MISS_GHOST] = 1
@@ -208,7 +224,9 @@ def ev_admit(pid, S, x):
     """`x` becomes cached, pinned (the pool's ref count is 1)."""
     prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
     flag[x] |= _PINNED
-    if pid == FIFO or pid == SIEVE:  # noqa: SIM109
+    if pid == LIRS:
+        lirs_admit(S, x)
+    elif pid == FIFO or pid == SIEVE:  # noqa: SIM109
         _push_head(prev, nxt, sc, 0, x)
         flag[x] &= ~_VISITED
     elif pid == S3FIFO:
@@ -278,6 +296,8 @@ def ev_victim(pid, S):
         x = np.int32(sc[_T0])
         _unlink(prev, nxt, sc, 0, x)
         return x
+    if pid == LIRS:
+        return lirs_victim(S)
     if pid == FIFO:
         x = _oldest_unpinned(prev, nxt, flag, sc, 0)
         _unlink(prev, nxt, sc, 0, x)

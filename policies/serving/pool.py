@@ -77,32 +77,41 @@ def evictable_among(ids, b0, k, ref):
 
 
 @njit(cache=True, inline="always")
-def touch(pid, S, ids, b0, k, ref, kind, pc):
-    """Pin the k hit blocks ids[b0:b0+k] of a request."""
+def touch(pid, S, ids, b0, k, ref, cached, kind, pc, ev_log):
+    """Pin the k hit blocks ids[b0:b0+k] of a request, then tell the evictor of each hit (all
+    pinned first, so a hit that evicts (LIRS) never takes one of them)."""
     for i in range(k):
         x = ids[b0 + i]
-        ev_hit(pid, S, x)
         if ref[x] == 0:
             ev_pin(pid, S, x)
             pc[N_EVICTABLE] -= 1
         ref[x] += 1
         kind[b0 + i] = 1
+    for i in range(k):
+        v = ev_hit(pid, S, ids[b0 + i])
+        if v >= 0:
+            drop(cached, pc, ev_log, v)
+
+
+@njit(cache=True, inline="always")
+def drop(cached, pc, ev_log, v):
+    """Cached block v (unpinned) leaves the cache."""
+    cached[v] = 0
+    pc[N_CACHED] -= 1
+    pc[N_EVICTABLE] -= 1
+    pc[EVICTIONS] += 1
+    if pc[LOG_ON]:
+        n = pc[LOG_N]
+        if n < ev_log.shape[0]:
+            ev_log[n] = v
+        pc[LOG_N] = n + 1
 
 
 @njit(cache=True, inline="always")
 def take_slot(pid, S, cached, pc, ev_log):
     """One slot for a new block: a free one, else the evictor's victim (its id dropped)."""
     if pc[CAPACITY] - pc[N_CACHED] - pc[N_PRIVATE] <= 0:
-        v = ev_victim(pid, S)
-        cached[v] = 0
-        pc[N_CACHED] -= 1
-        pc[N_EVICTABLE] -= 1
-        pc[EVICTIONS] += 1
-        if pc[LOG_ON]:
-            n = pc[LOG_N]
-            if n < ev_log.shape[0]:
-                ev_log[n] = v
-            pc[LOG_N] = n + 1
+        drop(cached, pc, ev_log, ev_victim(pid, S))
     pc[N_PRIVATE] += 1
     pc[ALLOCATED] += 1
 

@@ -45,6 +45,7 @@ from .pool import (
     N_PRIVATE,
     allocate,
     available,
+    drop,
     evictable_among,
     lookup,
     note_pinned,
@@ -216,7 +217,9 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                             x = ref_ids[j]
                             if cached[x]:
                                 ref_hit[j] = 1
-                                ev_hit(pid, S, x)
+                                v = ev_hit(pid, S, x)
+                                if v >= 0:
+                                    drop(cached, pc, ev_log, v)
                                 ev_pin(pid, S, x)
                                 ev_unpin(pid, S, x)
                                 if lead:
@@ -251,7 +254,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                         r_touch(R, ids, b0, hits, ref, cached, kind, pc)
                         r_allocate(R, ids, b0, hits, total, ref, cached, kind, pc, ev_log)
                     else:
-                        touch(pid, S, ids, b0, hits, ref, kind, pc)
+                        touch(pid, S, ids, b0, hits, ref, cached, kind, pc, ev_log)
                         allocate(pid, S, ids, b0, hits, total, cached, kind, pc, ev_log)
                     held[r] = total
                     reg[r] = hits
@@ -429,7 +432,7 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "
     no-pinning check mode (every reference a kernel reference)."""
     import time as _time
 
-    from .evictors import POLICY_IDS, S3FIFO
+    from .evictors import LIRS, POLICY_IDS, S3FIFO
     from .evictors import new_state as new_evictor
     from .pool import new_pool
     from .reblock import reblock
@@ -447,6 +450,8 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "
     if max_num_batched_tokens < 1 or max_num_seqs < 1:
         raise ReplayError("--max-num-batched-tokens and --max-num-seqs must be at least 1")
     pid = POLICY_IDS[policy]
+    if pid == LIRS and capacity < 2:
+        raise ReplayError(f"lirs at {capacity} block has no LIR set (it needs 2 blocks or more; raise -c)")
     if pid == S3FIFO and capacity < 20:
         raise ReplayError(f"s3fifo at {capacity} blocks has no small queue (it needs 20 blocks or more; raise -c)")
     rb = reblocked if reblocked is not None else reblock(trace, block_tokens)
