@@ -28,7 +28,8 @@ How a pinned block is passed over, per policy:
 The replay (scheduler.py) compiles these into its own numba cache, which numba keys on
 scheduler.py alone; scheduler.py drops that cache when this file, pool.py, radix.py or the step
 model changed (a digest of their sources beside the cache).
-- LIRS (lirs_form.py): Q's oldest unpinned block, else S's oldest unpinned LIR block.
+- LIRS (lirs_form.py): Q's oldest unpinned block (pinned ones parked as in FIFO), else S's
+  bottom LIR blocks demoted into Q until one is unpinned.
 - ARC: REPLACE takes the oldest unpinned block of the list it chose (T1 or T2), the other
   list when that one has none; pinned blocks passed are parked as in FIFO (still counted in
   their list's size; a hit moves a parked block to T2's head).
@@ -277,6 +278,8 @@ def ev_unpin(pid, S, x):
                 main[t] = x
                 sc[_TM] = t
                 sc[_PM] -= 1
+        elif pid == LIRS:  # back at Q's oldest end (Q's links are small/main, its ends sc[2], sc[3])
+            _unpark(small, main, flag, sc, 1, x)
         else:
             _unpark(prev, nxt, flag, sc, cnt[x] if pid == ARC else 0, x)
 
