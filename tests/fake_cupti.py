@@ -228,6 +228,7 @@ class FakeGpu:
         self.next_k = 0
         self.overflow_pending = False
         self.stuck = False
+        self.overflow_flags = getattr(self, "overflow_flags", 0)
 
     def value(self, k, j):
         return (np.asarray(k) % 997 + 1.0) * (j + 1)
@@ -417,6 +418,7 @@ class FakeGpu:
             params.decode_stop_reason = (PmSampling_DecodeStopReason.COUNTER_DATA_FULL if full and self.runs
                                          else PmSampling_DecodeStopReason.END_OF_RECORDS)
             params.overflow = 1 if self.overflow_pending else 0
+            self.overflow_flags += params.overflow  # decodes that reported an overflow, for the tests
             self.overflow_pending = False
 
     def pm_sampling_get_counter_data_info(self, p):

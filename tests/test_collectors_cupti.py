@@ -69,7 +69,9 @@ def test_overflow_at_10us_is_read_from_the_decode_params_and_every_lost_sample_c
     last_k = (int(rows["gpu_start_ns"][-1]) - gpu.t0_gpu) // 10_000
     between = sum(count for first, count in gpu.lost_runs if first < last_k)  # the loss after the last
     assert gpu.lost >= between > 0  # decoded sample is on no timeline; all the rest must be counted
-    assert stats["overflow"] is True and stats["overflow_events"] >= 3
+    # as many overflow events as decodes the stand-in flagged (how many decodes the host manages
+    # in 0.5 s depends on the machine's load; every one of them that saw the flag counts)
+    assert stats["overflow"] is True and stats["overflow_events"] == gpu.overflow_flags >= 1
     assert stats["overflow_samples"] == stats["dropped"] == between
     assert stats["samples"] == len(rows["gpu_start_ns"]) == gpu.produced_total - gpu.lost
     assert stats["last_stop_reason"] == "END_OF_RECORDS" and stats["stop_reasons"]["END_OF_RECORDS"] >= 1
