@@ -15,13 +15,28 @@ import pytest
 from sitsprof.common import httpserve
 
 
-@pytest.fixture
-def server():
+def _server(idle_timeout_s: float):
     from prometheus_client import CollectorRegistry, Gauge
 
     registry = CollectorRegistry()
     Gauge("sitsprof_test_gauge", "a test gauge", registry=registry).set(42)
-    srv, _thread = httpserve.start_metrics_server(registry, 0, "127.0.0.1", max_connections=8, idle_timeout_s=1.0)
+    srv, _thread = httpserve.start_metrics_server(registry, 0, "127.0.0.1", max_connections=8,
+                                                  idle_timeout_s=idle_timeout_s)
+    return srv
+
+
+@pytest.fixture
+def server():
+    srv = _server(1.0)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def patient_server():
+    """Idle connections kept 30 s: counting 200 of them must not race the idle timeout on a slow machine."""
+    srv = _server(30.0)
     yield srv
     srv.shutdown()
     srv.server_close()
@@ -50,9 +65,10 @@ def _half_open(port: int, n: int) -> list[socket.socket]:
     return socks
 
 
-def test_half_open_connections_hold_no_threads_and_a_scrape_succeeds(server):
+def test_half_open_connections_hold_no_threads_and_a_scrape_succeeds(patient_server):
     """12.8: 200 connections that send nothing start no thread each (prometheus-client's
     server started 200), and a normal scrape is answered while they are all open."""
+    server = patient_server
     before = threading.active_count()
     socks = _half_open(server.server_port, 200)
     try:
