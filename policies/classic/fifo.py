@@ -14,33 +14,16 @@ DESCRIPTION = "First in, first out: insertion order only, hits do not reorder"
 def KERNEL(block, req_offsets, n_blocks, capacity, hit):
     # Only eviction removes blocks, always the oldest, so a ring of `capacity` slots is the
     # whole queue: the slot being overwritten holds the victim.
-    slots = min(capacity, max(n_blocks, 1))
-    ring = np.empty(slots, dtype=np.int32)
+    ring = np.empty(min(capacity, max(n_blocks, 1)), dtype=np.int32)
     resident = np.zeros(max(n_blocks, 1), dtype=np.uint8)
-    n_resident = 0
-    pos = 0
-    evictions = 0
-    for i in range(block.shape[0]):
-        b = block[i]
-        if resident[b]:
-            hit[i] = 1
-            continue
-        hit[i] = 0
-        if n_resident >= capacity:
-            resident[ring[pos]] = 0
-            evictions += 1
-        else:
-            n_resident += 1
-        ring[pos] = b
-        resident[b] = 1
-        pos += 1
-        if pos == slots:
-            pos = 0
-    return evictions, n_resident
+    sc = np.zeros(2, dtype=np.int64)
+    evictions = replay_window(block, 0, block.shape[0], ring, resident, sc, capacity, hit)
+    return evictions, sc[_NRES]
 
 
 # ----------------------------------------------------------------- resumable form (streaming)
-# KERNEL's loop over references lo..hi-1 with its state kept between calls (engine/stream.py).
+# The loop over references lo..hi-1 with its state kept between calls: KERNEL is one window
+# over the whole trace, engine/stream.py calls it chunk by chunk.
 # The ring has min(capacity, blocks so far) slots: until it reaches the capacity nothing is
 # evicted, so it holds ring[0:n_resident] and growing it keeps that.
 _POS, _NRES = 0, 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, grow, move_to_head_s, new_lists, push_head_s, unlink_s
+from ._structs import NIL, grow, move_to_head_s, push_head_s, unlink_s
 
 NAME = "lru"
 DESCRIPTION = "Least recently used: a hit moves the block to the head, evict from the tail"
@@ -12,34 +12,19 @@ DESCRIPTION = "Least recently used: a hit moves the block to the head, evict fro
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit):
-    prev, nxt, _, _ = new_lists(n_blocks, 1)
-    head = tail = np.int32(NIL)
-    resident = np.zeros(max(n_blocks, 1), dtype=np.uint8)
-    n_resident = 0
-    evictions = 0
-    for i in range(block.shape[0]):
-        b = block[i]
-        if resident[b]:
-            hit[i] = 1
-            head, tail = move_to_head_s(prev, nxt, head, tail, b)
-            continue
-        hit[i] = 0
-        if n_resident >= capacity:
-            victim = tail
-            head, tail = unlink_s(prev, nxt, head, tail, victim)
-            resident[victim] = 0
-            evictions += 1
-        else:
-            n_resident += 1
-        head, tail = push_head_s(prev, nxt, head, tail, b)
-        resident[b] = 1
+    n = max(n_blocks, 1)
+    prev = np.full(n, NIL, dtype=np.int32)
+    nxt = np.full(n, NIL, dtype=np.int32)
+    resident = np.zeros(n, dtype=np.uint8)
+    sc = np.array([NIL, NIL, 0], dtype=np.int64)
+    evictions = replay_window(block, 0, block.shape[0], prev, nxt, resident, sc, capacity, hit)
     # residency only grows until the cache is full, then stays there
-    return evictions, n_resident
+    return evictions, sc[_NRES]
 
 
 # ----------------------------------------------------------------- resumable form (streaming)
-# The same loop over references lo..hi-1 with its state kept between calls (engine/stream.py
-# reads a trace in chunks). KERNEL stays as it is, so its speed does not depend on this.
+# The loop over references lo..hi-1 with its state kept between calls: KERNEL is one window
+# over the whole trace, engine/stream.py calls it chunk by chunk.
 _HEAD, _TAIL, _NRES = 0, 1, 2
 
 
