@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._structs import NIL, grow, new_lists, push_head_s, unlink_s
+from ._structs import NIL, grow, push_head_s, unlink_s
 
 NAME = "sieve"
 DESCRIPTION = "SIEVE: FIFO queue with a visited bit and a hand that sifts from tail to head"
@@ -17,37 +17,19 @@ DESCRIPTION = "SIEVE: FIFO queue with a visited bit and a hand that sifts from t
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit):
-    prev, nxt, _, _ = new_lists(n_blocks, 1)
-    head = tail = hand = np.int32(NIL)
+    n = max(n_blocks, 1)
+    prev = np.full(n, NIL, dtype=np.int32)
+    nxt = np.full(n, NIL, dtype=np.int32)
     # 0: not resident, 1: resident, 2: resident and visited
-    state = np.zeros(max(n_blocks, 1), dtype=np.uint8)
-    n_resident = 0
-    evictions = 0
-    for i in range(block.shape[0]):
-        b = block[i]
-        if state[b]:
-            hit[i] = 1
-            state[b] = 2
-            continue
-        hit[i] = 0
-        if n_resident >= capacity:
-            obj = hand if hand != NIL else tail
-            while state[obj] == 2:
-                state[obj] = 1
-                obj = prev[obj] if prev[obj] != NIL else tail
-            hand = prev[obj]
-            head, tail = unlink_s(prev, nxt, head, tail, obj)
-            state[obj] = 0
-            evictions += 1
-        else:
-            n_resident += 1
-        head, tail = push_head_s(prev, nxt, head, tail, b)
-        state[b] = 1
-    return evictions, n_resident
+    state = np.zeros(n, dtype=np.uint8)
+    sc = np.array([NIL, NIL, NIL, 0], dtype=np.int64)
+    evictions = replay_window(block, 0, block.shape[0], prev, nxt, state, sc, capacity, hit)
+    return evictions, sc[_NRES]
 
 
 # ----------------------------------------------------------------- resumable form (streaming)
-# KERNEL's loop over references lo..hi-1 with its state kept between calls (engine/stream.py).
+# The loop over references lo..hi-1 with its state kept between calls: KERNEL is one window
+# over the whole trace, engine/stream.py calls it chunk by chunk.
 _HEAD, _TAIL, _HAND, _NRES = 0, 1, 2, 3
 
 
