@@ -34,7 +34,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ..errors import EmbedderError
 from ..traces.hashing import GOLDEN

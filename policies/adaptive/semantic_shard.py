@@ -30,7 +30,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ..classic._structs import NIL, move_to_head, new_lists, pop_tail, push_head, unlink
 from ..cost.costmodel import CostModel, token_column

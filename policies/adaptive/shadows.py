@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ..classic.arc import RECENCY, new_state, replay_recency, replay_scan
 from ..traces.hashing import GOLDEN

@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ..cost.costmodel import ttft_kernel
 from ..traces.hashing import GOLDEN

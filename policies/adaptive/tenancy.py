@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ..traces.ids import dense_ids
 from ..traces.trace import Trace

@@ -32,9 +32,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
 from sitsprof.calibration import latency_ns, load_calibration
+from sitsprof.common.jit import njit
 
 from ..classic._structs import NIL, push_tail_s
 from ..classic.arc import _B1, _T1, _T2

@@ -21,7 +21,8 @@ own file: after editing this one, delete the `*.nbi` and `*.nbc` files under `po
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 NIL = -1
 

@@ -19,7 +19,8 @@ whole trace, so ARC and SITS's ARC mode are one piece of code.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ._structs import NIL, grow, move_to_head_s, push_head_s, unlink_s
 

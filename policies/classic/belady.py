@@ -15,7 +15,8 @@ block's key (its next use moves from now to the one after) and sifts it up, each
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 NAME = "belady"
 DESCRIPTION = "Offline optimal (Belady's MIN): evict the block used farthest in the future; the headroom bound"

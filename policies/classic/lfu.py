@@ -12,7 +12,8 @@ frequency would touch a fresh cache line on almost every hit of a popular block.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ._structs import NIL, grow, insert_after_s, new_lists, push_head_s, push_tail_s, unlink_s
 

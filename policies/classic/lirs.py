@@ -32,7 +32,8 @@ costs reference counting of its array arguments.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ._structs import NIL, grow, new_lists
 

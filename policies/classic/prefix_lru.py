@@ -15,7 +15,8 @@ admitted one at a time in trace order:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ._structs import NIL, grow, new_lists, push_tail_s, unlink_s
 

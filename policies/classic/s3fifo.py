@@ -19,7 +19,8 @@ ids anywhere, is a ring with tombstones (twoq.py).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ._structs import grow
 from .twoq import ghost_add, ghost_take, grow_ring, new_ghost, new_ring, new_rows, ring_pop, ring_push

@@ -7,7 +7,8 @@ the first block whose bit is clear; it then rests on that block's head-side neig
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ._structs import NIL, grow, push_head_s, unlink_s
 

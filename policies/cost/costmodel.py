@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from sitsprof.calibration import CalibrationError, latency_ns, load_calibration
+from sitsprof.common.jit import njit
 
 from ..errors import CostModelError
 from ..traces.trace import Trace

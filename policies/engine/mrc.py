@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from types import ModuleType
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ..classic import lru
 from ..errors import PolicyEngineError

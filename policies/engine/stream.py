@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ..errors import PolicyEngineError
 from ..traces.factorize import Factorizer

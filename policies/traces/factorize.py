@@ -14,7 +14,8 @@ direct ~0.02 s; hash ~0.1 s on random 64-bit ids, where pandas.factorize takes ~
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from .hashing import GOLDEN
 

@@ -8,7 +8,8 @@ intp: a second trace-sized array on multi-million-reference traces).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 
 @njit(cache=True)

@@ -82,7 +82,7 @@ _compiled = []
 def _validator():
     """`_validate` compiled (numba loads on the first oracleGeneral read, not on import)."""
     if not _compiled:
-        from numba import njit
+        from sitsprof.common.jit import njit
 
         _compiled.append(njit(cache=True)(_validate))
     return _compiled[0]
@@ -292,7 +292,7 @@ _chunk_compiled = []
 
 def _chunk_checker():
     if not _chunk_compiled:
-        from numba import njit
+        from sitsprof.common.jit import njit
 
         _chunk_compiled.append(njit(cache=True)(_first_bad))
     return _chunk_compiled[0]
