@@ -182,7 +182,7 @@ def test_cli_replay_bad_input_is_one_line(tmp_path, capsys):
     from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl
 
     path = write_mooncake_jsonl(generate_requests(seed=2, duration_s=20.0), tmp_path / "w.jsonl")
-    for args, says in ((["--block-tokens", "48"], "does not divide"), (["-p", "lfu"], "incremental form"),
+    for args, says in ((["--block-tokens", "48"], "does not divide"), (["-p", "belady"], "incremental form"),
                        (["-c", "10", "-p", "s3fifo"], "20 blocks"),
                        (["--engine", "sglang", "-p", "arc"], "radix form")):
         assert main(["policy", "replay", str(path), *args]) == 2

@@ -33,6 +33,10 @@ model changed (a digest of their sources beside the cache).
 - ARC: REPLACE takes the oldest unpinned block of the list it chose (T1 or T2), the other
   list when that one has none; pinned blocks passed are parked as in FIFO (still counted in
   their list's size; a hit moves a parked block to T2's head).
+- LFU (lfu_form.py): the oldest unpinned block of the lowest frequency; pinned blocks the walk
+  meets are parked off their frequency's list (keeping their count, their node kept alive) and
+  go back to its oldest end when unpinned; a hit moves a parked block, counted, to the tail of
+  its new frequency's list.
 """
 from __future__ import annotations
 
@@ -41,10 +45,13 @@ from numba import njit
 
 from ..classic._structs import NIL
 from ..classic.twoq import ghost_add, ghost_take, new_ghost, new_ring, ring_pop, ring_push
+from .lfu_form import lfu_admit, lfu_arrays, lfu_hit, lfu_unpark, lfu_victim
 from .lirs_form import lirs_admit, lirs_hit, lirs_miss, lirs_victim
 
 LRU, FIFO, SIEVE, S3FIFO, ARC, LIRS = 0, 1, 2, 3, 4, 5
+LFU = 7  # (6 is SITS)
 POLICY_IDS = {"lru": LRU, "fifo": FIFO, "sieve": SIEVE, "s3fifo": S3FIFO, "arc": ARC, "lirs": LIRS}
+POLICY_IDS["lfu"] = LFU
 
 # flag bits (S3-FIFO's SMALL/MAIN/GHOST are twoq's and s3fifo's: 1, 2, 4)
 _SMALL, _MAIN, _GHOST = 1, 2, 4
@@ -98,6 +105,8 @@ def new_state(pid: int, n_ids: int, capacity: int, small_ratio: float = 0.1, gho
         gpos = np.full(n, NIL, dtype=np.int32)
         hirs = max(1, int(hir_ratio * capacity))
         sc[_SMALL_SIZE], sc[_MAIN_SIZE] = capacity - hirs, hirs  # LIR set, resident HIR (Q)
+    elif pid == LFU:  # node of each block, then per frequency node (lfu_form.py)
+        cnt, gpos, small, main, ghost = lfu_arrays(n, capacity, sc)
     else:
         small = main = ghost = np.zeros(1, dtype=np.int32)
     return prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp
@@ -178,6 +187,9 @@ def ev_hit(pid, S, x):
     prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
     if pid == LIRS:
         return lirs_hit(S, x)
+    if pid == LFU:
+        lfu_hit(S, x)
+        return np.int32(NIL)
     if pid == SIEVE:
         flag[x] |= _VISITED
     elif pid == S3FIFO:
@@ -227,6 +239,8 @@ def ev_admit(pid, S, x):
     flag[x] |= _PINNED
     if pid == LIRS:
         lirs_admit(S, x)
+    elif pid == LFU:
+        lfu_admit(S, x)
     elif pid == FIFO or pid == SIEVE:  # noqa: SIM109
         _push_head(prev, nxt, sc, 0, x)
         flag[x] &= ~_VISITED
@@ -280,6 +294,8 @@ def ev_unpin(pid, S, x):
                 sc[_PM] -= 1
         elif pid == LIRS:  # back at Q's oldest end (Q's links are small/main, its ends sc[2], sc[3])
             _unpark(small, main, flag, sc, 1, x)
+        elif pid == LFU:
+            lfu_unpark(S, x)
         else:
             _unpark(prev, nxt, flag, sc, cnt[x] if pid == ARC else 0, x)
 
@@ -301,6 +317,8 @@ def ev_victim(pid, S):
         return x
     if pid == LIRS:
         return lirs_victim(S)
+    if pid == LFU:
+        return lfu_victim(S)
     if pid == FIFO:
         x = _oldest_unpinned(prev, nxt, flag, sc, 0)
         _unlink(prev, nxt, sc, 0, x)

@@ -69,7 +69,8 @@ def _drop_stale_cache(dispatcher) -> None:
     try:
         cache = Path(dispatcher._cache._cache_path)
         digest = hashlib.sha1()
-        for name in ("scheduler.py", "evictors.py", "pool.py", "radix.py", "latency.py", "steptime.py"):
+        for name in ("scheduler.py", "evictors.py", "lirs_form.py", "lfu_form.py", "pool.py", "radix.py", "latency.py",
+                     "steptime.py"):
             f = here / name
             if f.exists():
                 digest.update(name.encode() + f.read_bytes())
