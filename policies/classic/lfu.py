@@ -15,7 +15,7 @@ import numpy as np
 
 from sitsprof.common.jit import njit
 
-from ._structs import NIL, grow, insert_after_s, new_lists, push_head_s, push_tail_s, unlink_s
+from ._structs import NIL, grow, insert_after_s, push_head_s, push_tail_s, unlink_s
 
 NAME = "lfu"
 DESCRIPTION = "Least frequently used, FIFO among equal counts, counts forgotten on eviction"
@@ -23,74 +23,30 @@ DESCRIPTION = "Least frequently used, FIFO among equal counts, counts forgotten 
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit):
-    n_nodes = min(capacity, max(n_blocks, 1)) + 2  # non-empty frequencies, plus one spare
+    n = max(n_blocks, 1)
+    m = min(capacity, n) + 2  # nodes: non-empty frequencies, plus one spare
     # blocks: list links within their frequency node, and their node (NIL: not resident)
-    prev, nxt, _, _ = new_lists(n_blocks, 1)
-    node_of = np.full(max(n_blocks, 1), NIL, dtype=np.int32)
+    prev = np.full(n, NIL, dtype=np.int32)
+    nxt = np.full(n, NIL, dtype=np.int32)
+    node_of = np.full(n, NIL, dtype=np.int32)
     # nodes: frequency, their blocks' list, and links in increasing frequency
-    freq = np.zeros(n_nodes, dtype=np.int64)
-    first = np.full(n_nodes, NIL, dtype=np.int32)
-    last = np.full(n_nodes, NIL, dtype=np.int32)
-    node_prev, node_next, _, _ = new_lists(n_nodes, 1)
-    lowest = highest = np.int32(NIL)  # the node list, in increasing frequency
-    spare = np.arange(n_nodes - 1, -1, -1).astype(np.int32)  # stack of free node ids
-    n_spare = n_nodes
-    n_resident = 0
-    evictions = 0
-    for i in range(block.shape[0]):
-        b = block[i]
-        nd = node_of[b]
-        if nd != NIL:
-            hit[i] = 1
-            f = freq[nd] + 1
-            to = node_next[nd]
-            if to == NIL or freq[to] != f:  # no node for f yet
-                if first[nd] == last[nd]:  # b is alone at its count: the node moves up with it
-                    freq[nd] = f
-                    continue
-                # a new node right after nd
-                n_spare -= 1
-                to = spare[n_spare]
-                freq[to] = f
-                first[to] = last[to] = NIL
-                lowest, highest = insert_after_s(node_prev, node_next, lowest, highest, nd, to)
-            first[nd], last[nd] = unlink_s(prev, nxt, first[nd], last[nd], b)
-            first[to], last[to] = push_tail_s(prev, nxt, first[to], last[to], b)
-            node_of[b] = to
-            if first[nd] == NIL:
-                lowest, highest = unlink_s(node_prev, node_next, lowest, highest, nd)
-                spare[n_spare] = nd
-                n_spare += 1
-            continue
-        hit[i] = 0
-        if n_resident >= capacity:
-            nd = lowest
-            victim = first[nd]
-            first[nd], last[nd] = unlink_s(prev, nxt, victim, last[nd], victim)
-            node_of[victim] = NIL
-            evictions += 1
-            if first[nd] == NIL:
-                lowest, highest = unlink_s(node_prev, node_next, lowest, highest, nd)
-                spare[n_spare] = nd
-                n_spare += 1
-        else:
-            n_resident += 1
-        nd = lowest
-        if nd == NIL or freq[nd] != 1:
-            n_spare -= 1
-            nd = spare[n_spare]
-            freq[nd] = 1
-            first[nd] = last[nd] = NIL
-            lowest, highest = push_head_s(node_prev, node_next, lowest, highest, nd)
-        first[nd], last[nd] = push_tail_s(prev, nxt, first[nd], last[nd], b)
-        node_of[b] = nd
-    return evictions, n_resident
+    freq = np.zeros(m, dtype=np.int64)
+    first = np.full(m, NIL, dtype=np.int32)
+    last = np.full(m, NIL, dtype=np.int32)
+    node_prev = np.full(m, NIL, dtype=np.int32)
+    node_next = np.full(m, NIL, dtype=np.int32)
+    spare = np.arange(m - 1, -1, -1).astype(np.int32)  # stack of free node ids
+    sc = np.array([NIL, NIL, m, 0], dtype=np.int64)  # lowest, highest node, n_spare, n_resident
+    evictions = replay_window(block, 0, block.shape[0], prev, nxt, node_of, freq, first, last, node_prev,
+                              node_next, spare, sc, capacity, hit)
+    return evictions, sc[_NRES]
 
 
 # ----------------------------------------------------------------- resumable form (streaming)
-# KERNEL's loop over references lo..hi-1 with its state kept between calls (engine/stream.py).
-# Node ids are internal (results depend on the lists, not on which id a node has), so the pool
-# grows by stacking the new ids under the free ones.
+# The loop over references lo..hi-1 with its state kept between calls: KERNEL is one window
+# over the whole trace, engine/stream.py calls it chunk by chunk. Node ids are internal
+# (results depend on the lists, not on which id a node has), so the pool grows by stacking the
+# new ids under the free ones.
 _LOWEST, _HIGHEST, _NSPARE, _NRES = 0, 1, 2, 3
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from sitsprof.common.jit import njit
 
-from ._structs import NIL, grow, new_lists, push_tail_s, unlink_s
+from ._structs import NIL, grow, push_tail_s, unlink_s
 
 NAME = "prefix_lru"
 DESCRIPTION = "vLLM prefix cache: free queue of finished requests' blocks, tail blocks first"
@@ -30,49 +30,20 @@ _FREE = 2
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit):
+    n = max(n_blocks, 1)
     # the free queue: evict from the head, release to the tail
-    prev, nxt, _, _ = new_lists(n_blocks, 1)
-    head = tail = np.int32(NIL)
-    state = np.zeros(max(n_blocks, 1), dtype=np.uint8)
-    n_resident = 0
-    evictions = 0
-    max_resident = 0
-    for r in range(req_offsets.shape[0] - 1):
-        start = req_offsets[r]
-        end = req_offsets[r + 1]
-        for i in range(start, end):
-            b = block[i]
-            s = state[b]
-            if s != _ABSENT:
-                hit[i] = 1
-                if s == _FREE:
-                    head, tail = unlink_s(prev, nxt, head, tail, b)
-                    state[b] = _IN_USE
-                continue
-            hit[i] = 0
-            if n_resident >= capacity:
-                victim = head
-                if victim == NIL:
-                    continue  # every resident block is pinned by this request
-                head, tail = unlink_s(prev, nxt, head, tail, victim)
-                state[victim] = _ABSENT
-                n_resident -= 1
-                evictions += 1
-            state[b] = _IN_USE
-            n_resident += 1
-            if n_resident > max_resident:
-                max_resident = n_resident
-        for i in range(end - 1, start - 1, -1):
-            b = block[i]
-            if state[b] == _IN_USE:
-                head, tail = push_tail_s(prev, nxt, head, tail, b)
-                state[b] = _FREE
-    return evictions, max_resident
+    prev = np.full(n, NIL, dtype=np.int32)
+    nxt = np.full(n, NIL, dtype=np.int32)
+    state = np.zeros(n, dtype=np.uint8)
+    sc = np.array([NIL, NIL, 0, 0], dtype=np.int64)
+    evictions = replay_requests(block, req_offsets, prev, nxt, state, sc, capacity, hit)
+    return evictions, sc[_MAXRES]
 
 
 # ----------------------------------------------------------------- resumable form (streaming)
-# KERNEL's loop over whole requests with its state kept between calls (engine/stream.py cuts
-# the trace at request boundaries). Scalars: head, tail, n_resident, max_resident.
+# The loop over whole requests with its state kept between calls: KERNEL is one call over the
+# whole trace, engine/stream.py calls it chunk by chunk (cut at request boundaries).
+# Scalars: head, tail, n_resident, max_resident.
 _HEAD, _TAIL, _NRES, _MAXRES = 0, 1, 2, 3
 
 
@@ -94,7 +65,7 @@ def max_resident(state):
     return int(state[3][_MAXRES])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def replay_requests(block, req_offsets, prev, nxt, state, sc, capacity, hit):
     """Serve the requests req_offsets[r]..req_offsets[r + 1] - 1 (indices into block and hit);
     returns the evictions."""
@@ -117,7 +88,7 @@ def replay_requests(block, req_offsets, prev, nxt, state, sc, capacity, hit):
             if n_resident >= capacity:
                 victim = head
                 if victim == NIL:
-                    continue
+                    continue  # every resident block is pinned by this request
                 head, tail = unlink_s(prev, nxt, head, tail, victim)
                 state[victim] = _ABSENT
                 n_resident -= 1

@@ -45,87 +45,21 @@ _STATE, _FREQ, _GPOS = 0, 1, 2
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, small_ratio=0.1, ghost_ratio=0.9,
            move_to_main_threshold=2):
-    rows = new_rows(n_blocks, 4, 0)
-    state, freq, gpos = rows[:, _STATE], rows[:, _FREQ], rows[:, _GPOS]
+    rows = new_rows(n_blocks, 4, 0)  # per block: state bits, access counter, ghost position
     # Small and main only ever lose their oldest block (a main block with a non-zero counter
     # goes straight back to the head), so each is a ring; the ghost loses ids anywhere.
     small = new_ring(capacity, n_blocks)
     main = new_ring(capacity, n_blocks)
-    hs = ts = hm = tm = 0
-    small_size = np.int64(capacity * small_ratio)
-    main_size = capacity - small_size
-    ghost_size = np.int64(capacity * ghost_ratio)
-    ghost = new_ghost(ghost_size)
-    gq = (0, 0, 0, 0)  # ghost: live ids, head, tail, ring entries
-    n_small = 0
-    n_main = 0
-    has_evicted = False
-    evictions = 0
-    max_resident = 0
-    for i in range(block.shape[0]):
-        b = block[i]
-        if state[b] & SMALL:
-            hit[i] = 1
-            freq[b] += 1
-            continue
-        hit_on_ghost = ghost_take(state, b)
-        if hit_on_ghost:
-            gq = (gq[0] - 1, gq[1], gq[2], gq[3])
-        if state[b] & MAIN:
-            hit[i] = 1
-            freq[b] += 1
-            continue
-        hit[i] = 0
-        # libCacheSim admits a block only when it fits the small queue.
-        if small_size < 1:
-            continue
-        while n_small + n_main + 1 > capacity:
-            has_evicted = True
-            if n_main > main_size or n_small == 0:
-                # Main is a clock: recycle blocks with a non-zero counter, evict the first zero.
-                while n_main > 0:
-                    x, tm = ring_pop(main, tm)
-                    f = freq[x]
-                    if f >= 1:
-                        hm = ring_push(main, hm, x)
-                        freq[x] = min(f, 3) - 1
-                    else:
-                        state[x] &= ~MAIN
-                        n_main -= 1
-                        evictions += 1
-                        break
-            else:
-                while n_small > 0:
-                    x, ts = ring_pop(small, ts)
-                    n_small -= 1
-                    if freq[x] >= move_to_main_threshold:
-                        hm = ring_push(main, hm, x)
-                        state[x] = (state[x] & ~SMALL) | MAIN
-                        freq[x] = 0
-                        n_main += 1
-                    else:
-                        state[x] &= ~SMALL
-                        evictions += 1
-                        gq = ghost_add(ghost, gpos, state, gq, ghost_size, x)
-                        break
-        if not hit_on_ghost and small_size <= 1:
-            continue  # libCacheSim never puts a block into a small queue it would fill alone
-        if hit_on_ghost or (not has_evicted and n_small >= small_size):
-            hm = ring_push(main, hm, b)
-            state[b] |= MAIN
-            n_main += 1
-        else:
-            hs = ring_push(small, hs, b)
-            state[b] |= SMALL
-            n_small += 1
-        freq[b] = 0
-        if n_small + n_main > max_resident:
-            max_resident = n_small + n_main
-    return evictions, max_resident
+    ghost = new_ghost(np.int64(capacity * ghost_ratio))
+    sc = np.zeros(12, dtype=np.int64)
+    evictions = replay_window(block, 0, block.shape[0], rows, small, main, ghost, sc, capacity, hit, small_ratio,
+                              ghost_ratio, move_to_main_threshold)
+    return evictions, sc[_MAXRES]
 
 
 # ----------------------------------------------------------------- resumable form (streaming)
-# KERNEL's loop over references lo..hi-1 with its state kept between calls (engine/stream.py).
+# The loop over references lo..hi-1 with its state kept between calls: KERNEL is one window
+# over the whole trace, engine/stream.py calls it chunk by chunk.
 # The small and main rings have min(capacity, blocks so far) + 1 slots; until they reach
 # capacity + 1 nothing has left them (twoq.grow_ring), so growing keeps their contents.
 # Scalars: hs, ts, hm, tm, ghost (4), n_small, n_main, has_evicted, max_resident.
@@ -177,11 +111,13 @@ def replay_window(block, lo, hi, rows, small, main, ghost, sc, capacity, hit, sm
             freq[b] += 1
             continue
         hit[i] = 0
+        # libCacheSim admits a block only when it fits the small queue.
         if small_size < 1:
             continue
         while n_small + n_main + 1 > capacity:
             has_evicted = True
             if n_main > main_size or n_small == 0:
+                # Main is a clock: recycle blocks with a non-zero counter, evict the first zero.
                 while n_main > 0:
                     x, tm = ring_pop(main, tm)
                     f = freq[x]
@@ -208,7 +144,7 @@ def replay_window(block, lo, hi, rows, small, main, ghost, sc, capacity, hit, sm
                         gq = ghost_add(ghost, gpos, state, gq, ghost_size, x)
                         break
         if not hit_on_ghost and small_size <= 1:
-            continue
+            continue  # libCacheSim never puts a block into a small queue it would fill alone
         if hit_on_ghost or (not has_evicted and n_small >= small_size):
             hm = ring_push(main, hm, b)
             state[b] |= MAIN

@@ -131,22 +131,60 @@ def ghost_add(ring, gpos, state, ghost, limit, x):
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, ain_ratio=0.25, aout_ratio=0.5):
-    rows = new_rows(n_blocks, 4, 2)
+    rows = new_rows(n_blocks, 4, 2)  # per block: Am links, state bits, position in the A1out ring
+    ain = new_ring(capacity, n_blocks)  # A1in only ever loses its oldest block: a ring
+    aout = new_ghost(np.int64(capacity * aout_ratio))
+    sc = np.zeros(11, dtype=np.int64)
+    sc[_HM] = sc[_TM] = NIL
+    evictions = replay_window(block, 0, block.shape[0], rows, ain, aout, sc, capacity, hit, ain_ratio, aout_ratio)
+    return evictions, sc[_MAXRES]
+
+
+# ----------------------------------------------------------------- resumable form (streaming)
+# The loop over references lo..hi-1 with its state kept between calls: KERNEL is one window
+# over the whole trace, engine/stream.py calls it chunk by chunk.
+# A1in's ring has min(capacity, blocks so far) + 1 slots; until it reaches capacity + 1 nothing
+# has left it (it holds ring[0:n_in], head n_in, tail 0), so growing it keeps its contents.
+# Scalars: A1in head and tail, Am ends, A1out (4), n_in, n_am, max_resident.
+_HI, _TI, _HM, _TM, _OUT, _NIN, _NAM, _MAXRES = 0, 1, 2, 3, 4, 8, 9, 10
+
+
+def grow_ring(ring, n_blocks, capacity):
+    """A ring from `new_ring` for more blocks (one that has never lost an entry)."""
+    return grow(ring, max(min(int(capacity), int(n_blocks)), 0) + 1, 0)
+
+
+def new_state(n_blocks, capacity, ain_ratio=0.25, aout_ratio=0.5):
+    """rows (Am links, state, A1out position: one row per block), A1in ring, A1out ring, scalars."""
+    n = max(int(n_blocks), 1)
+    sc = np.zeros(11, dtype=np.int64)
+    sc[_HM] = sc[_TM] = NIL
+    return (new_rows(n, 4, 2), new_ring(int(capacity), n), new_ghost(int(np.int64(capacity * aout_ratio))), sc)
+
+
+def grow_state(state, n_blocks, capacity, ain_ratio=0.25, aout_ratio=0.5):
+    rows, ain, aout, sc = state
+    return grow(rows, n_blocks, (NIL, NIL, 0, 0)), grow_ring(ain, n_blocks, capacity), aout, sc
+
+
+def max_resident(state):
+    return int(state[3][_MAXRES])
+
+
+@njit(cache=True, inline="always")
+def replay_window(block, lo, hi, rows, ain, aout, sc, capacity, hit, ain_ratio=0.25, aout_ratio=0.5):
+    """Serve references lo..hi-1; returns the evictions."""
     prev, nxt, state, gpos = rows[:, _PREV], rows[:, _NXT], rows[:, _STATE], rows[:, _GPOS]
     # state bits: IN_A in A1in, IN_B in Am, GHOST id in A1out
-    ain = new_ring(capacity, n_blocks)  # A1in only ever loses its oldest block: a ring
-    hi = ti = 0
-    hm = tm = np.int32(NIL)  # ends of Am
+    hi_, ti = sc[_HI], sc[_TI]
+    hm, tm = np.int32(sc[_HM]), np.int32(sc[_TM])
     ain_size = np.int64(capacity * ain_ratio)
     aout_size = np.int64(capacity * aout_ratio)
     am_size = capacity - ain_size
-    aout = new_ghost(aout_size)
-    out = (0, 0, 0, 0)  # A1out: live ids, head, tail, ring entries
-    n_in = 0
-    n_am = 0
+    out = (sc[_OUT], sc[_OUT + 1], sc[_OUT + 2], sc[_OUT + 3])
+    n_in, n_am, max_resident = sc[_NIN], sc[_NAM], sc[_MAXRES]
     evictions = 0
-    max_resident = 0
-    for i in range(block.shape[0]):
+    for i in range(lo, hi):
         b = block[i]
         if state[b] & IN_A:
             hit[i] = 1
@@ -177,96 +215,6 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit, ain_ratio=0.25, aout_rat
             if am_size < 1:
                 continue
             # Am is a cache of its own here: it makes room within its share first.
-            while n_am + 1 > am_size:
-                x = tm
-                hm, tm = unlink_s(prev, nxt, hm, tm, x)
-                state[x] &= ~IN_B
-                n_am -= 1
-                evictions += 1
-            hm, tm = push_head_s(prev, nxt, hm, tm, b)
-            state[b] |= IN_B
-            n_am += 1
-        else:
-            hi = ring_push(ain, hi, b)
-            state[b] |= IN_A
-            n_in += 1
-        if n_in + n_am > max_resident:
-            max_resident = n_in + n_am
-    return evictions, max_resident
-
-
-# ----------------------------------------------------------------- resumable form (streaming)
-# KERNEL's loop over references lo..hi-1 with its state kept between calls (engine/stream.py).
-# A1in's ring has min(capacity, blocks so far) + 1 slots; until it reaches capacity + 1 nothing
-# has left it (it holds ring[0:n_in], head n_in, tail 0), so growing it keeps its contents.
-# Scalars: A1in head and tail, Am ends, A1out (4), n_in, n_am, max_resident.
-_HI, _TI, _HM, _TM, _OUT, _NIN, _NAM, _MAXRES = 0, 1, 2, 3, 4, 8, 9, 10
-
-
-def grow_ring(ring, n_blocks, capacity):
-    """A ring from `new_ring` for more blocks (one that has never lost an entry)."""
-    return grow(ring, max(min(int(capacity), int(n_blocks)), 0) + 1, 0)
-
-
-def new_state(n_blocks, capacity, ain_ratio=0.25, aout_ratio=0.5):
-    """rows (Am links, state, A1out position: one row per block), A1in ring, A1out ring, scalars."""
-    n = max(int(n_blocks), 1)
-    sc = np.zeros(11, dtype=np.int64)
-    sc[_HM] = sc[_TM] = NIL
-    return (new_rows(n, 4, 2), new_ring(int(capacity), n), new_ghost(int(np.int64(capacity * aout_ratio))), sc)
-
-
-def grow_state(state, n_blocks, capacity, ain_ratio=0.25, aout_ratio=0.5):
-    rows, ain, aout, sc = state
-    return grow(rows, n_blocks, (NIL, NIL, 0, 0)), grow_ring(ain, n_blocks, capacity), aout, sc
-
-
-def max_resident(state):
-    return int(state[3][_MAXRES])
-
-
-@njit(cache=True)
-def replay_window(block, lo, hi, rows, ain, aout, sc, capacity, hit, ain_ratio=0.25, aout_ratio=0.5):
-    """Serve references lo..hi-1; returns the evictions."""
-    prev, nxt, state, gpos = rows[:, _PREV], rows[:, _NXT], rows[:, _STATE], rows[:, _GPOS]
-    hi_, ti = sc[_HI], sc[_TI]
-    hm, tm = np.int32(sc[_HM]), np.int32(sc[_TM])
-    ain_size = np.int64(capacity * ain_ratio)
-    aout_size = np.int64(capacity * aout_ratio)
-    am_size = capacity - ain_size
-    out = (sc[_OUT], sc[_OUT + 1], sc[_OUT + 2], sc[_OUT + 3])
-    n_in, n_am, max_resident = sc[_NIN], sc[_NAM], sc[_MAXRES]
-    evictions = 0
-    for i in range(lo, hi):
-        b = block[i]
-        if state[b] & IN_A:
-            hit[i] = 1
-            continue
-        hit_on_ghost = ghost_take(state, b)
-        if hit_on_ghost:
-            out = (out[0] - 1, out[1], out[2], out[3])
-        if state[b] & IN_B:
-            hit[i] = 1
-            hm, tm = move_to_head_s(prev, nxt, hm, tm, b)
-            continue
-        hit[i] = 0
-        if ain_size < 1:
-            continue
-        while n_in + n_am + 1 > capacity:
-            evictions += 1
-            if n_in > ain_size:
-                x, ti = ring_pop(ain, ti)
-                state[x] &= ~IN_A
-                n_in -= 1
-                out = ghost_add(aout, gpos, state, out, aout_size, x)
-            else:
-                x = tm
-                hm, tm = unlink_s(prev, nxt, hm, tm, x)
-                state[x] &= ~IN_B
-                n_am -= 1
-        if hit_on_ghost:
-            if am_size < 1:
-                continue
             while n_am + 1 > am_size:
                 x = tm
                 hm, tm = unlink_s(prev, nxt, hm, tm, x)
