@@ -114,6 +114,8 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
     """Replay TRACE (Mooncake JSONL, oracleGeneral, CSV or request JSONL) through each policy at each capacity."""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are alternatives; pick one")
+    from sitsprof.common.jit import scope as jit_scope
+    from sitsprof.policies.engine import jitmode
     from sitsprof.policies.engine.capacity import parse_capacities
     from sitsprof.policies.engine.params import parse_assignments
     from sitsprof.policies.engine.results import document, event_records, result_rows, rows_to_csv, trace_summary
@@ -131,8 +133,13 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
     if stream:
         _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, params, skip_bad_lines, as_json, as_csv)
         return
+    # Kernels interpreted or compiled (SITSPROF_JIT, issue 14): decided before each kernel call.
+    click.get_current_context().with_resource(jit_scope())
+    jitmode.before_reading(trace_path)
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
     capacities = parse_capacities(capacity_text, trace.n_blocks)
+    jitmode.before_replay(len(trace.block), policies, capacities,
+                          headroom=not (as_json or as_csv) and "belady" not in policies)
     results = run_with_progress(trace, policies, capacities, not (as_json or as_csv), simulate=run_policies,
                                 calibration=calibration, model=model_name, miss=miss_mode, params=params,
                                 jobs=jobs, cluster=cluster)

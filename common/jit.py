@@ -29,7 +29,10 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
+
+from .errors import SitsprofError
 
 ENV = "SITSPROF_JIT"
 MODES = ("auto", "numba", "python")
@@ -39,15 +42,16 @@ _kernels: list[LazyKernel] = []
 _state = {"mode": None, "compiled": False, "typeof": False}
 
 
-class JitModeError(ValueError):
-    """``SITSPROF_JIT`` names no mode."""
+class JitModeError(SitsprofError):
+    """``SITSPROF_JIT`` names no mode (exit 2)."""
 
 
 def requested_mode() -> str:
     """``SITSPROF_JIT`` (``auto`` when unset); a bad value raises `JitModeError`."""
     mode = os.environ.get(ENV, "").strip().lower() or "auto"
     if mode not in MODES:
-        raise JitModeError(f"{ENV}={os.environ.get(ENV)!r} is not a mode: use one of {', '.join(MODES)}")
+        raise JitModeError(f"{ENV}={os.environ.get(ENV)!r} is not a mode: set it to one of {', '.join(MODES)} "
+                           "(or unset it for auto)")
     return mode
 
 
@@ -73,6 +77,18 @@ def decide(small: bool) -> str:
         else:
             _state["mode"] = "python"
         return _state["mode"]
+
+
+@contextmanager
+def scope():
+    """A command's decisions end with it: the mode before the block comes back after it
+    (compiled, if a kernel was compiled meanwhile: that is one way)."""
+    saved = _state["mode"]
+    try:
+        yield
+    finally:
+        with _lock:
+            _state["mode"] = "numba" if _state["compiled"] else saved
 
 
 def mode() -> str:
@@ -114,9 +130,11 @@ class LazyKernel:
         return d
 
     def __call__(self, *args, **kwargs):
-        if interpreted():
+        if _state["mode"] == "numba" or not interpreted():
+            return self.dispatcher(*args, **kwargs)
+        if getattr(_depth, "n", 0):
             return self.py_func(*args, **kwargs)
-        return self.dispatcher(*args, **kwargs)
+        return _interpret(self.py_func, args, kwargs)
 
     def __getattr__(self, name: str) -> Any:
         # Dispatcher attributes (_cache, signatures, overloads, compile, stats...): compiled.
@@ -127,6 +145,22 @@ class LazyKernel:
     def __repr__(self) -> str:
         state = "compiled" if self._dispatcher is not None else "lazy"
         return f"<LazyKernel {self.__module__}.{self.__qualname__} ({state})>"
+
+
+_depth = threading.local()  # interpreted calls in progress on this thread (np.errstate is per thread too)
+
+
+def _interpret(func: Callable, args: tuple, kwargs: dict):
+    """An outermost interpreted call: machine integers wrap silently, as compiled (numba does
+    not check overflow; numpy's scalars would warn on every wrap of a uint64 hash)."""
+    import numpy as np
+
+    _depth.n = 1
+    try:
+        with np.errstate(over="ignore"):
+            return func(*args, **kwargs)
+    finally:
+        _depth.n = 0
 
 
 def _build(kernel: LazyKernel):

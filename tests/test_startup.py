@@ -171,3 +171,51 @@ def test_compile_workers_only_where_there_are_cores_to_spare(monkeypatch):
     assert precompile.default_jobs() == 1
     monkeypatch.setattr(precompile, "cpu_count", lambda: 16)
     assert precompile.default_jobs() == 16
+
+
+def _simulate_modules(trace, env: dict, *args: str) -> tuple[set, str]:
+    code = f"""
+import json, sys
+from sitsprof.cli.main import main
+code = main(["policy", "simulate", {str(trace)!r}, *{list(args)!r}])
+print(json.dumps({{"code": code, "modules": sorted(sys.modules)}}), file=sys.stderr)
+"""
+    run_env = {k: v for k, v in os.environ.items() if k != "SITSPROF_JIT"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env=dict(run_env, **env))
+    assert out.returncode == 0, out.stderr
+    loaded = json.loads(out.stderr.strip().splitlines()[-1])
+    assert loaded["code"] == 0
+    return set(loaded["modules"]), out.stdout
+
+
+def test_small_simulate_imports_no_numba_and_prints_what_numba_prints(tiny_trace):
+    """Issue 14: a 1,000-reference-sized `policy simulate` (SITSPROF_JIT unset: auto) runs the
+    kernels' Python source; numba is never imported; the table is the compiled run's."""
+    modules, table = _simulate_modules(tiny_trace, {}, "-p", "lru,arc", "-c", "10")
+    assert not {m for m in modules if m == "numba" or m.startswith(("numba.", "llvmlite"))}
+    compiled_modules, compiled_table = _simulate_modules(tiny_trace, {"SITSPROF_JIT": "numba"}, "-p", "lru,arc",
+                                                         "-c", "10")
+    assert "numba" in compiled_modules
+
+    def without_times(text: str) -> list[str]:  # the time (s) column is the one that differs
+        return [line.rsplit("│", 2)[0] if "│" in line else line for line in text.splitlines()]
+
+    assert without_times(table) == without_times(compiled_table)
+    assert "headroom (belady, offline optimal)" in table
+
+
+def test_large_work_compiles_under_auto(tiny_trace):
+    """Above the rule (policies/engine/jitmode.py) auto is the compiled run it was before."""
+    from sitsprof.policies.engine import jitmode
+    from sitsprof.policies.registry import policy_names
+
+    capacities = ["10", "20", "40", "80", "160", "320"]
+    from sitsprof.policies.traces.detect import read_trace
+
+    references = len(read_trace(str(tiny_trace)).block)
+    assert jitmode.estimate_s(references, policy_names(), capacities) > jitmode.BUDGET_S
+    modules, _ = _simulate_modules(tiny_trace, {}, "-p", "all", "-c", ",".join(capacities), "--json")
+    assert "numba" in modules
+    modules, _ = _simulate_modules(tiny_trace, {"SITSPROF_JIT": "python"}, "-p", "lru", "-c", "10", "--json")
+    assert "numba" not in modules

@@ -94,7 +94,7 @@ def shadow_counts(block, n_blocks, capacity, k, bounds):
         else:
             replay_scan(dense, 0, dense.shape[0], prev, nxt, where, ends, sizes, state, cap, h)
         for w in range(nw):
-            total = 0
+            total = np.int64(0)  # not 0: interpreted (common/jit.py), 0 + a uint8 hit is a uint8 (wraps at 256)
             for j in range(cuts[w], cuts[w + 1]):
                 total += h[j]
             out[1 + behaviour, w] = total

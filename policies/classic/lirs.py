@@ -49,6 +49,9 @@ PARAM_RANGES = {
 # is in NH.
 IN_S, LIR, RES, IN_Q, IN_NH = 1, 2, 4, 8, 16
 S_BITS = IN_S | LIR | RES
+# Their complements within the flag byte: `fl` is uint8, and numpy refuses `fl[x] & ~IN_Q`
+# (a negative Python int) when the kernels run interpreted (common/jit.py); numba took it.
+NOT_IN_S, NOT_LIR, NOT_RES, NOT_IN_Q, NOT_IN_NH, NOT_S_BITS = (0xFF ^ b for b in (IN_S, LIR, RES, IN_Q, IN_NH, S_BITS))
 
 
 # What the reference needs once the LIR set has room (after the lookup).
@@ -124,12 +127,12 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
                         np_[n] = p
                     np_[x] = NIL
                     nn[x] = NIL
-                    fl[x] &= ~IN_NH
+                    fl[x] &= NOT_IN_NH
                 p = sp[x]  # S: unlink x, the tail (x != sh, so p != NIL)
                 sn[p] = NIL
                 stl = p
                 sp[x] = NIL
-                fl[x] &= ~S_BITS
+                fl[x] &= NOT_S_BITS
                 s_n -= 1
                 x = stl
             continue
@@ -167,7 +170,7 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
                     else:
                         qp[n] = NIL
                     qn[b] = NIL
-                    fl[b] &= ~IN_Q
+                    fl[b] &= NOT_IN_Q
                     hirs -= 1
             else:
                 todo = _NONRES_TO_LIR  # non-resident HIR id in S: a miss, it becomes LIR
@@ -187,7 +190,7 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
                 else:
                     sn[p] = NIL
                 sp[x] = NIL
-                fl[x] &= ~S_BITS
+                fl[x] &= NOT_S_BITS
                 s_n -= 1
                 lirs -= 1
                 while hirs + 1 > hirs_limit and qt != NIL:
@@ -201,9 +204,9 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
                     else:
                         qn[p] = NIL
                     qp[y] = NIL
-                    fl[y] &= ~IN_Q
+                    fl[y] &= NOT_IN_Q
                     if fl[y] & IN_S:
-                        fl[y] = (fl[y] & ~RES) | IN_NH  # resident, so not in NH yet
+                        fl[y] = (fl[y] & NOT_RES) | IN_NH  # resident, so not in NH yet
                         np_[y] = NIL  # NH: push y at the head
                         nn[y] = nhh
                         if nhh == NIL:
@@ -250,12 +253,12 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
                             np_[n] = p
                         np_[x] = NIL
                         nn[x] = NIL
-                        fl[x] &= ~IN_NH
+                        fl[x] &= NOT_IN_NH
                     p = sp[x]
                     sn[p] = NIL
                     stl = p
                     sp[x] = NIL
-                    fl[x] &= ~S_BITS
+                    fl[x] &= NOT_S_BITS
                     s_n -= 1
                     x = stl
             if todo == _Q_TO_S:
@@ -280,7 +283,7 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
                         sp[sh] = b
                     sh = b
                     s_n += 1
-                fl[b] = (fl[b] & ~LIR) | IN_S | RES
+                fl[b] = (fl[b] & NOT_LIR) | IN_S | RES
             else:
                 if todo == _NONRES_TO_LIR and fl[b] & IN_NH:  # NH: unlink b
                     p, n = np_[b], nn[b]
@@ -294,7 +297,7 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
                         np_[n] = p
                     np_[b] = NIL
                     nn[b] = NIL
-                    fl[b] &= ~IN_NH
+                    fl[b] &= NOT_IN_NH
                 fl[b] |= LIR | RES
                 lirs += 1
         elif lirs_limit >= 1:
@@ -321,9 +324,9 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
                     else:
                         qn[p] = NIL
                     qp[y] = NIL
-                    fl[y] &= ~IN_Q
+                    fl[y] &= NOT_IN_Q
                     if fl[y] & IN_S:
-                        fl[y] = (fl[y] & ~RES) | IN_NH
+                        fl[y] = (fl[y] & NOT_RES) | IN_NH
                         np_[y] = NIL
                         nn[y] = nhh
                         if nhh == NIL:
@@ -352,7 +355,7 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
             else:
                 nn[p] = NIL
             np_[x] = NIL
-            fl[x] &= ~IN_NH
+            fl[x] &= NOT_IN_NH
             if fl[x] & IN_S:  # S: unlink x
                 p, n = sp[x], sn[x]
                 if p == NIL:
@@ -365,7 +368,7 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
                     sp[n] = p
                 sp[x] = NIL
                 sn[x] = NIL
-                fl[x] &= ~S_BITS
+                fl[x] &= NOT_S_BITS
                 s_n -= 1
         if lirs + hirs > max_resident:
             max_resident = lirs + hirs

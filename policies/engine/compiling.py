@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from sitsprof.common.jit import interpreted
+
 FIRST_RUN_NOTE = "compiling kernels (first run only)"
 
 
@@ -28,10 +30,14 @@ def _name(event) -> str:
 @contextmanager
 def watch_compiles(on_start: Callable[[str], None] | None = None,
                    on_end: Callable[[str, float], None] | None = None) -> Iterator[dict]:
-    """Report numba compiles while the block runs; yields a dict counting them (`count`, `seconds`)."""
+    """Report numba compiles while the block runs; yields a dict counting them (`count`, `seconds`).
+    Kernels interpreted (common/jit.py) compile nothing: then numba is not imported for this."""
+    stats = {"count": 0, "seconds": 0.0}
+    if interpreted():
+        yield stats
+        return
     from numba.core import event
 
-    stats = {"count": 0, "seconds": 0.0}
     depth = [0]
     started = [0.0]
 

@@ -16,6 +16,7 @@ seconds           wall time of the kernel alone (the JIT compile excluded after 
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -126,6 +127,17 @@ def token_weights(trace: Trace) -> tuple[int | None, np.ndarray, int]:
     return None, tokens, int(tokens.sum(dtype=np.int64))
 
 
+class _NotANumber(Exception):
+    """A parameter that is not a number (or None)."""
+
+
+def _typing_errors() -> tuple:
+    """What a kernel call raises for parameters of the wrong type: numba's TypingError when
+    numba is loaded (evaluated after the call, so a first compiled call counts), and ours."""
+    errors = sys.modules.get("numba.core.errors")
+    return (_NotANumber,) if errors is None else (_NotANumber, errors.TypingError)
+
+
 def run_kernel(prep: Prepared, module: ModuleType, capacity: int, params: dict) -> SimResult:
     """Replay `prep` through `module`'s KERNEL at `capacity` (checked by the caller) with `params`."""
     allowed = list(kernel_params(module))
@@ -138,14 +150,14 @@ def run_kernel(prep: Prepared, module: ModuleType, capacity: int, params: dict) 
     check_params(module, params)
     hit = prep.hit
     hit.fill(0)  # the contract asks kernels to write every flag; do not depend on it
-    from numba.core.errors import TypingError
-
     start = time.perf_counter()
     try:
+        if not all(v is None or isinstance(v, (int, float, np.number)) for v in params.values()):
+            raise _NotANumber  # what numba refuses as a TypingError, refused before any kernel runs
         evictions, max_resident = module.KERNEL(
             prep.block, prep.offsets, np.int64(prep.n_blocks), np.int64(capacity), hit, **params
         )
-    except TypingError:
+    except _typing_errors():
         given = ", ".join(f"{k}={v!r}" for k, v in params.items())
         raise PolicyEngineError(
             f"policy {module.NAME!r} cannot take {given}: parameters are numbers "
