@@ -197,7 +197,8 @@ def _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, para
         click.echo("sitsprof: --stream: counting distinct blocks for the % capacities (one extra pass)", err=True)
         n_blocks = count_distinct(trace_path)
     capacities = parse_capacities(capacity_text, n_blocks)
-    results, summary = stream_simulate(trace_path, modules, capacities, params=params)
+    results, summary = stream_simulate(trace_path, modules, capacities, params=params,
+                                       note=lambda text: click.echo(f"sitsprof: --stream: {text}", err=True))
     rows = result_rows(results)
     if as_json:
         emit_json(document(rows, trace=summary))

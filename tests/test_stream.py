@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sitsprof.policies.classic import arc, fifo, lfu, lirs, lru, prefix_lru, s3fifo, sieve, twoq
-from sitsprof.policies.engine.stream import StreamError, stream_hits, stream_simulate, streamable
+from sitsprof.policies.classic import arc, belady, fifo, lfu, lirs, lru, prefix_lru, s3fifo, sieve, twoq
+from sitsprof.policies.engine import stream
+from sitsprof.policies.engine.stream import StreamError, file_pointer_base, stream_hits, stream_simulate, streamable
 from sitsprof.policies.errors import TraceFormatError
 from sitsprof.policies.traces.factorize import Factorizer, factorize_int64
 from sitsprof.policies.traces.oracle import ORACLE_DTYPE, write_oracle_general
@@ -128,10 +129,104 @@ def test_stream_simulate_matches_libcachesim(tmp_path):
 
 
 def test_unstreamable_policy_refused():
-    from sitsprof.policies.classic import belady
+    from sitsprof.policies.adaptive import sits
 
-    with pytest.raises(StreamError, match="belady.*without --stream"):
+    with pytest.raises(StreamError, match="sits.*without --stream"):
+        stream_hits(sits, [np.arange(5)], 3)
+    with pytest.raises(StreamError, match="belady.*next use"):  # only a file gives the next uses
         stream_hits(belady, [np.arange(5)], 3)
+
+
+# ------------------------------------------------------------------ belady: next uses streamed
+def _belady_files(tmp_path, ids):
+    """The same trace as oracleGeneral files whose next_access_vtime is: counted from 0
+    (write_oracle_general), from 1 (libCacheSim's traceConv), absent (-1 throughout, as
+    bench_stream.py writes), and right in the head but wrong further on."""
+    path = write_oracle_general(tmp_path / "from0.oracleGeneral", ids)
+    rec = np.fromfile(path, dtype=ORACLE_DTYPE)
+    nxt = rec["next_access_vtime"].copy()
+    files = {"from0": path}
+    rec["next_access_vtime"] = np.where(nxt >= 0, nxt + 1, -1)
+    rec.tofile(files.setdefault("from1", tmp_path / "from1.oracleGeneral"))
+    rec["next_access_vtime"] = -1
+    rec.tofile(files.setdefault("absent", tmp_path / "absent.oracleGeneral"))
+    rec["next_access_vtime"] = nxt
+    late = int(np.flatnonzero(nxt[len(ids) // 2:] >= 0)[0]) + len(ids) // 2
+    rec["next_access_vtime"][late] = -1  # a block said never to come back, which does
+    rec.tofile(files.setdefault("broken", tmp_path / "broken.oracleGeneral"))
+    return files
+
+
+@pytest.mark.parametrize("chunk", CHUNKS, ids=lambda c: f"chunk{c or 'whole'}")
+def test_belady_streamed_equals_in_memory_hit_for_hit(tmp_path, monkeypatch, chunk):
+    from sitsprof.policies.sweep import simulate
+    from sitsprof.policies.traces.oracle import read_oracle
+
+    monkeypatch.setattr(stream, "HEAD_REFS", 500)  # the broken pointer lies past the head
+    ids = _trace(31, n=4000, objects=500)
+    files = _belady_files(tmp_path, ids)
+    trace = read_oracle(files["from0"])
+    want = {c: simulate(trace, "belady", c) for c in (1, 20, 150, 5000)}
+    assert file_pointer_base(files["from0"]) == 0 and file_pointer_base(files["from1"]) == 1
+    assert file_pointer_base(files["absent"]) is None and file_pointer_base(files["broken"]) == 0
+    for kind, path in files.items():
+        notes = []
+        results, _ = stream_simulate(path, [belady, lru], list(want), chunk_refs=chunk or len(ids),
+                                     keep_hits=True, note=notes.append)
+        for r in results:
+            if r.policy != "belady":
+                continue
+            w = want[r.capacity]
+            assert np.array_equal(r.request_hits, w.request_hits), (kind, r.capacity)
+            assert (r.hits, r.evictions, r.max_resident) == (w.hits, w.evictions, w.max_resident), (kind, r.capacity)
+        assert bool(notes) == (kind in ("absent", "broken")), (kind, notes)
+        if kind == "broken":
+            assert "does not match the trace" in notes[0]
+
+
+def test_belady_stream_state_grows_from_one_block(tmp_path):
+    """Heap slots and positions grown at many chunk boundaries, the file's pointers used."""
+    from sitsprof.policies.sweep import simulate
+    from sitsprof.policies.traces.oracle import read_oracle
+
+    ids = _trace(32, n=3000, objects=400)
+    path = write_oracle_general(tmp_path / "t.oracleGeneral", ids)
+    trace = read_oracle(path)
+    replay = stream.StreamReplay([(belady, 60, {})], keep_hits=True, first_blocks=1)
+    fac = stream.Factorizer()
+    future = stream._FileFuture(0, len(ids))
+    stream._replay_pass(path, replay, fac, 37, future)
+    assert future.broken_at is None
+    (got,) = replay.results(len(ids), len(ids))
+    want = simulate(trace, "belady", 60)
+    assert np.array_equal(got.request_hits, want.request_hits) and got.evictions == want.evictions
+
+
+def test_belady_prefix_file_pointers_past_its_end(tmp_path):
+    """A file cut from a longer one (head -c) keeps pointers past its end: never, as in memory."""
+    from sitsprof.policies.sweep import simulate
+
+    ids = _trace(33, n=3000, objects=400)
+    long = write_oracle_general(tmp_path / "long.oracleGeneral", ids)
+    cut = tmp_path / "cut.oracleGeneral"
+    cut.write_bytes(long.read_bytes()[: 2000 * ORACLE_DTYPE.itemsize])
+    (got,), _ = stream_simulate(cut, [belady], [40], chunk_refs=300, keep_hits=True)
+    want = simulate(ids[:2000], "belady", 40)
+    assert np.array_equal(got.request_hits, want.request_hits)
+
+
+def test_belady_computed_next_uses_leave_no_temporary_files(tmp_path):
+    ids = _trace(34, n=2000, objects=300)
+    path = write_oracle_general(tmp_path / "t.oracleGeneral", ids)
+    rec = np.fromfile(path, dtype=ORACLE_DTYPE)
+    rec["next_access_vtime"] = -1
+    rec.tofile(path)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    notes = []
+    (r,), _ = stream_simulate(path, [belady], [30], chunk_refs=256, temp_dir=temp, note=notes.append)
+    assert r.hits > 0 and "computing each reference's next use" in notes[0]
+    assert list(temp.iterdir()) == []
 
 
 def test_bad_record_refused_naming_it(tmp_path):
@@ -148,7 +243,7 @@ def test_cli_stream_equals_in_memory(cli, tmp_path):
 
     ids = _trace(21, n=8000, objects=1500)
     path = write_oracle_general(tmp_path / "t.oracleGeneral", ids)
-    args = ("policy", "simulate", str(path), "-p", "lru,s3fifo,2q", "-c", "40,10%", "--json")
+    args = ("policy", "simulate", str(path), "-p", "lru,s3fifo,2q,belady", "-c", "40,10%", "--json")
     code, out, err = cli(*args, "--stream")
     assert code == 0, err
     streamed = json.loads(out)
@@ -163,12 +258,15 @@ def test_cli_stream_equals_in_memory(cli, tmp_path):
 
 
 def test_cli_stream_refusals(cli, tmp_path):
+    import json
+
     path = write_oracle_general(tmp_path / "t.oracleGeneral", np.arange(50, dtype=np.int64))
-    code, _, err = cli("policy", "simulate", str(path), "-p", "belady", "-c", "10", "--stream")
+    code, _, err = cli("policy", "simulate", str(path), "-p", "sits", "-c", "10", "--stream")
     assert code == 2 and "cannot be streamed" in err and len(err.strip().splitlines()) == 1
     jsonl = tmp_path / "t.jsonl"
     jsonl.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, 2]}\n')
     code, _, err = cli("policy", "simulate", str(jsonl), "-p", "lru", "-c", "10", "--stream")
     assert code == 2 and "--stream reads oracleGeneral traces" in err
-    code, _, err = cli("policy", "simulate", str(path), "-p", "all", "-c", "10", "--stream")
-    assert code == 0 and "leaves out" in err and "belady" in err
+    code, out, err = cli("policy", "simulate", str(path), "-p", "all", "-c", "10", "--stream", "--json")
+    assert code == 0 and "leaves out sits, semantic-shard" in err
+    assert "belady" in {r["policy"] for r in json.loads(out)["results"]}

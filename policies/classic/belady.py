@@ -18,6 +18,8 @@ import numpy as np
 
 from sitsprof.common.jit import njit
 
+from ._structs import grow
+
 NAME = "belady"
 DESCRIPTION = "Offline optimal (Belady's MIN): evict the block used farthest in the future; the headroom bound"
 
@@ -86,14 +88,56 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit):
     keys = np.empty(slots, dtype=np.int64)
     blocks = np.empty(slots, dtype=np.int32)
     pos = np.full(max(n_blocks, 1), -1, dtype=np.int32)  # heap slot of a resident block, -1 if not
-    size = 0
+    sc = np.zeros(1, dtype=np.int64)  # residents (the heap's size)
+    evictions = replay_window(block, 0, block.shape[0], nxt, keys, blocks, pos, sc, capacity, hit)
+    return evictions, sc[_SIZE]
+
+
+# ----------------------------------------------------------------- resumable form (streaming)
+# The loop over references lo..hi-1 with its state kept between calls: KERNEL is one window
+# over the whole trace, engine/stream.py calls it chunk by chunk. Unlike the online policies
+# it reads `future`: for each reference, the key `next_uses` gives it (the position of the
+# next reference to its block in the whole trace, else that trace's length + block id), which
+# the streaming replay takes from the file's next_access_vtime or computes in a backward pass
+# (docs/scale.md). The heap's slots are min(capacity, blocks so far); they fill from slot 0
+# and nothing leaves before the cache is full, so growing them keeps the heap.
+_SIZE = 0
+#: The streaming replay must pass each reference's next-use key (`future`) to `stream_window`.
+STREAM_FUTURE = True
+
+
+def _slots(n_blocks, capacity):
+    return max(min(int(capacity), int(n_blocks)), 1)
+
+
+def new_state(n_blocks, capacity):
+    """Heap keys and blocks (min(capacity, blocks) slots), pos (one per block), scalars (size)."""
+    m = _slots(n_blocks, capacity)
+    return (np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int32),
+            np.full(max(int(n_blocks), 1), -1, dtype=np.int32), np.zeros(1, dtype=np.int64))
+
+
+def grow_state(state, n_blocks, capacity):
+    keys, blocks, pos, sc = state
+    m = _slots(n_blocks, capacity)
+    return grow(keys, m, 0), grow(blocks, m, 0), grow(pos, n_blocks, -1), sc
+
+
+def max_resident(state):
+    return int(state[3][_SIZE])  # residents never leave but to make room for one
+
+
+@njit(cache=True, inline="always")
+def replay_window(block, lo, hi, future, keys, blocks, pos, sc, capacity, hit):
+    """Serve references lo..hi-1 (`future[i]`: reference i's next-use key); returns the evictions."""
+    size = sc[_SIZE]
     evictions = 0
-    for i in range(block.shape[0]):
+    for i in range(lo, hi):
         b = block[i]
         p = pos[b]
         if p >= 0:
             hit[i] = 1
-            keys[p] = nxt[i]  # its key grows from i (the smallest in the heap) to its next use
+            keys[p] = future[i]  # its key grows from i (the smallest in the heap) to its next use
             _sift_up(keys, blocks, pos, p)
             continue
         hit[i] = 0
@@ -105,8 +149,17 @@ def KERNEL(block, req_offsets, n_blocks, capacity, hit):
                 keys[0] = keys[size]
                 blocks[0] = blocks[size]
                 _sift_down(keys, blocks, pos, 0, size)
-        keys[size] = nxt[i]
+        keys[size] = future[i]
         blocks[size] = b
         size += 1
         _sift_up(keys, blocks, pos, size - 1)
-    return evictions, size
+    sc[_SIZE] = size
+    return evictions
+
+
+def stream_window(state, block, lo, hi, capacity, hit, future):
+    return replay_window(block, np.int64(lo), np.int64(hi), np.ascontiguousarray(future, dtype=np.int64), *state,
+                         np.int64(capacity), hit)
+
+
+new_stream_state = new_state

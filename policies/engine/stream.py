@@ -8,13 +8,22 @@ and each run's kernel serves the chunk through its resumable form. Peak memory i
 distinct blocks (the id table, about 12-24 bytes each, and each policy's per-block state)
 plus the capacity-sized queues and one chunk, not the trace's length.
 
-Resumable form (the classic policies besides belady; docs/scale.md): a module exposes
+Resumable form (every classic policy; docs/scale.md): a module exposes
 `new_stream_state(n_blocks, capacity, **params) -> state` (a tuple of arrays),
 `grow_state(state, n_blocks, capacity, **params) -> state` (more block ids: per-block arrays
 grown, queue contents kept), `max_resident(state)`, and either
 `stream_window(state, block, lo, hi, capacity, hit, **params) -> evictions` (references
 lo..hi-1) or, for a policy that works request by request (prefix_lru),
-`stream_requests(state, block, req_offsets, capacity, hit) -> evictions`. Distinct blocks are
+`stream_requests(state, block, req_offsets, capacity, hit) -> evictions`. A module that reads
+the future (belady: `STREAM_FUTURE = True`) takes one more argument, `future`: for each
+reference of the window, the position in the whole trace of the next reference to the same
+block, or the trace's length + the block's dense id when there is none (`belady.next_uses`'s
+keys). `stream_simulate` takes them from the file's next_access_vtime when its head shows
+they are there and right (and checks every one as the chunks pass: a broken chain replays
+the belady runs again the other way), else computes them first: one forward pass writes the
+dense codes to a temporary file (4 bytes a reference), one backward pass over that file writes
+each reference's next position (8 bytes a reference), and the replay reads them beside the
+trace. Distinct blocks are
 not known in advance, so the state starts small and grows geometrically (`GROWTH`) between
 chunks as new ids appear; the hit flags are the in-memory replay's, reference for reference
 (tests/test_stream.py, chunk sizes 1, 7, 1000 and whole).
@@ -27,9 +36,11 @@ the prefix hit ratio is the block hit ratio; the token hit ratio weighs hits by 
 """
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
@@ -58,6 +69,11 @@ def streamable(module: ModuleType) -> bool:
         hasattr(module, "stream_window") or hasattr(module, "stream_requests"))
 
 
+def needs_future(module: ModuleType) -> bool:
+    """Whether `module`'s stream_window reads each reference's next use (belady)."""
+    return bool(getattr(module, "STREAM_FUTURE", False))
+
+
 @dataclass
 class _Run:
     module: ModuleType
@@ -83,8 +99,7 @@ def _weighted_hits(hit, tokens):
 def _check(module: ModuleType, params: dict) -> None:
     if not streamable(module):
         raise StreamError(
-            f"policy {module.NAME!r} cannot be streamed (it needs the whole trace: "
-            f"{'the future of every reference' if module.NAME == 'belady' else 'adaptive windows'}); "
+            f"policy {module.NAME!r} cannot be streamed (it needs the whole trace: adaptive windows); "
             "replay it without --stream, or leave it out")
     allowed = list(kernel_params(module))
     unknown = sorted(set(params) - set(allowed))
@@ -98,10 +113,12 @@ def _check(module: ModuleType, params: dict) -> None:
 class StreamReplay:
     """Runs of (module, capacity, params) fed chunk by chunk with dense block ids.
 
-    `feed(block, n_blocks, tokens=None, offsets=None)`: `block` the chunk's dense ids (all
-    below `n_blocks`, the distinct blocks so far), `tokens` per-reference weights or None
-    (weight 1), `offsets` the chunk's request offsets (0..len) or None (one reference each).
-    `results(references, total_tokens)` then gives one SimResult per run."""
+    `feed(block, n_blocks, tokens=None, offsets=None, future=None)`: `block` the chunk's dense
+    ids (all below `n_blocks`, the distinct blocks so far), `tokens` per-reference weights or
+    None (weight 1), `offsets` the chunk's request offsets (0..len) or None (one reference
+    each), `future` the chunk's next-use keys (module docstring; needed by belady runs only).
+    `results(references, total_tokens)` then gives one SimResult per run (with keep_hits, its
+    request_hits are the per-reference hit flags: one request a reference, as in oracleGeneral)."""
 
     def __init__(self, runs: Iterable[tuple[ModuleType, int, dict]], keep_hits: bool = False,
                  first_blocks: int = _FIRST_BLOCKS):
@@ -126,7 +143,7 @@ class StreamReplay:
                 run.state = run.module.grow_state(run.state, self.allocated, run.capacity, **run.params)
 
     def feed(self, block: np.ndarray, n_blocks: int, tokens: np.ndarray | None = None,
-             offsets: np.ndarray | None = None) -> None:
+             offsets: np.ndarray | None = None, future: np.ndarray | None = None) -> None:
         block = np.ascontiguousarray(block, dtype=np.int32)
         n = len(block)
         if n == 0:
@@ -142,7 +159,12 @@ class StreamReplay:
                 uniform, tokens = int(tokens[0]), None
         for run in self.runs:
             start = time.perf_counter()
-            if hasattr(run.module, "stream_window"):
+            if needs_future(run.module):
+                if future is None:
+                    raise StreamError(f"policy {run.module.NAME!r} reads each reference's next use: stream it "
+                                      "from an oracleGeneral file (stream_simulate), which gives them")
+                ev = run.module.stream_window(run.state, block, 0, n, run.capacity, hit, future[:n], **run.params)
+            elif hasattr(run.module, "stream_window"):
                 ev = run.module.stream_window(run.state, block, 0, n, run.capacity, hit, **run.params)
             else:
                 offs = np.arange(n + 1, dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
@@ -174,7 +196,8 @@ class StreamReplay:
                 token_hit_ratio=run.hit_tokens / total_tokens if total_tokens else 0.0,
                 prefix_hit_ratio=prefix / references if references else 0.0,
                 evictions=run.evictions, max_resident=run.module.max_resident(run.state),
-                request_hits=np.zeros(0, dtype=np.int32), seconds=run.seconds,
+                request_hits=self.hits_of(k).astype(np.int32) if self.keep_hits else np.zeros(0, dtype=np.int32),
+                seconds=run.seconds,
                 extra={**run.params, "streamed": True, **(extra or {})},
             ))
         return out
@@ -195,43 +218,254 @@ def stream_hits(module: ModuleType, chunks: Iterable[np.ndarray], capacity: int,
     return replay.hits_of(0), run.evictions, (run.module.max_resident(run.state) if run.state else 0)
 
 
-def _oracle_chunks(path, chunk_refs: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+def _oracle_records(path, chunk_refs: int):
     from ..traces.oracle import iter_oracle_chunks
 
-    for lo, records in iter_oracle_chunks(path, chunk_refs):
+    return iter_oracle_chunks(path, chunk_refs)
+
+
+def _oracle_chunks(path, chunk_refs: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    for lo, records in _oracle_records(path, chunk_refs):
         yield lo, records["obj_id"].view(np.int64), records["obj_size"]
 
 
-def stream_simulate(path, policies, capacities, chunk_refs: int = CHUNK_REFS, params: dict | None = None,
-                    progress=None) -> tuple[list[SimResult], dict]:
-    """Replay the oracleGeneral file `path` through every policy module in `policies` at every
-    capacity, reading it once, `chunk_refs` records at a time. `params`: policy NAME -> its
-    parameters. Returns (results in policy-then-capacity order, trace summary: references,
-    distinct blocks, seconds reading and factorising). `progress(records_done)` is called
-    after each chunk."""
-    params = params or {}
-    runs = [(m, int(c), dict(params.get(m.NAME, {}))) for m in policies for c in capacities]
-    replay = StreamReplay(runs)
-    fac = Factorizer()
+# ------------------------------------------------------------ next uses, for belady (STREAM_FUTURE)
+_NEVER_RAW = (-1, 2**63 - 1)
+#: Records of the file's head that decide whether its next_access_vtime can be used.
+HEAD_REFS = 1 << 20
+
+
+@njit(cache=True)
+def _file_keys(codes, raw, lo, n_total, base, expect, out):
+    """Next-use keys from the file's next_access_vtime (`base`: what it counts records from),
+    checked against the trace as it passes: expect[b] is the position block b's previous
+    record named (-1: none, -2: b not seen yet). Returns the index of the first record whose
+    position its block's previous record did not name, -1 if none."""
+    bad = -1
+    for i in range(codes.shape[0]):
+        b = codes[i]
+        e = expect[b]
+        if e != -2 and e != lo + i and bad < 0:
+            bad = i
+        v = raw[i]
+        j = v - base
+        if v == -1 or v == 9223372036854775807 or j >= n_total:  # never, or past this file's end
+            out[i] = n_total + b
+            expect[b] = -1
+        else:
+            out[i] = j
+            expect[b] = j
+    return bad
+
+
+@njit(cache=True)
+def _backward_next(codes, lo, seen, out):
+    """out[i]: the position of the next reference to codes[i] (-1: none), walking back from
+    the chunk's end; seen[b]: block b's earliest position after this chunk (-1: none)."""
+    for i in range(codes.shape[0] - 1, -1, -1):
+        b = codes[i]
+        out[i] = seen[b]
+        seen[b] = lo + i
+
+
+@njit(cache=True)
+def _computed_keys(codes, nxt, n_total, out):
+    for i in range(codes.shape[0]):
+        out[i] = nxt[i] if nxt[i] >= 0 else n_total + codes[i]
+
+
+def file_pointer_base(path, head: int | None = None) -> int | None:
+    """What the file's next_access_vtime counts records from (0 or 1) when its first `head`
+    records show it is there and right, else None (absent, all -1, or wrong: compute it).
+    Every pointer of the head must name the next record of the same id within the head, or
+    lie beyond it (or be -1) where the id does not come back within it."""
+    from ..traces.oracle import iter_oracle_chunks, next_access_vtime
+
+    for _, records in iter_oracle_chunks(path, HEAD_REFS if head is None else head):
+        ids = records["obj_id"].view(np.int64)
+        raw = records["next_access_vtime"].astype(np.int64)
+        break
+    k = len(ids)
+    true = next_access_vtime(ids)
+    if not (true >= 0).any():
+        return None  # no id comes back within the head: nothing to tell the count from
+    never = (raw == _NEVER_RAW[0]) | (raw == _NEVER_RAW[1])
+    for base in (0, 1):
+        j = np.where(never, -1, raw - base)
+        j[j >= k] = -1  # beyond the head: checked as the replay streams
+        if np.array_equal(j, true):
+            return base
+    return None
+
+
+class _FileFuture:
+    """Keys from the file's next_access_vtime, every pointer checked as the chunks pass."""
+
+    def __init__(self, base: int, n_total: int):
+        self.base, self.n_total = base, n_total
+        self.expect = np.full(0, -2, dtype=np.int64)
+        self.out = np.empty(0, dtype=np.int64)
+        self.broken_at = None  # the first record whose chain is broken
+
+    def keys(self, lo: int, codes: np.ndarray, records, n_blocks: int) -> np.ndarray:
+        if len(self.expect) < n_blocks:
+            grown = np.full(max(n_blocks, int(len(self.expect) * GROWTH)), -2, dtype=np.int64)
+            grown[:len(self.expect)] = self.expect
+            self.expect = grown
+        if len(self.out) < len(codes):
+            self.out = np.empty(len(codes), dtype=np.int64)
+        out = self.out[:len(codes)]
+        bad = int(_file_keys(codes, records["next_access_vtime"], np.int64(lo), np.int64(self.n_total),
+                             np.int64(self.base), self.expect, out))
+        if bad >= 0 and self.broken_at is None:
+            self.broken_at = lo + bad
+        return out
+
+    def finish(self) -> None:
+        if self.broken_at is None and (self.expect >= 0).any():
+            self.broken_at = self.n_total  # a pointer into the file that no record answered
+
+    def close(self) -> None:
+        pass
+
+
+class _ComputedFuture:
+    """Keys computed before the replay: a forward pass writes the dense codes to a temporary
+    file (4 bytes a reference), a backward pass over it each reference's next position
+    (8 bytes a reference); the replay reads the latter beside the trace."""
+
+    def __init__(self, path, fac: Factorizer, n_total: int, chunk_refs: int, temp_dir=None):
+        self.n_total = n_total
+        self.folder = tempfile.TemporaryDirectory(prefix="sitsprof-next-", dir=temp_dir)
+        try:
+            self._compute(path, fac, chunk_refs)
+        except BaseException:
+            self.folder.cleanup()
+            raise
+        # kept open across the replay's chunks, closed by close()
+        self.handle = open(self.next_path, "rb")  # noqa: SIM115
+        self.out = np.empty(0, dtype=np.int64)
+        self.broken_at = None
+
+    def _compute(self, path, fac: Factorizer, chunk_refs: int) -> None:
+        n_total = self.n_total
+        folder = Path(self.folder.name)
+        codes_path, self.next_path = folder / "codes.i4", folder / "next.i8"
+        buf = np.empty(0, dtype=np.int32)
+        with open(codes_path, "wb") as fh:
+            for _, ids, _ in _oracle_chunks(path, chunk_refs):
+                if len(buf) < len(ids):
+                    buf = np.empty(len(ids), dtype=np.int32)
+                fac.codes(ids, out=buf)[:len(ids)].tofile(fh)
+        seen = np.full(max(fac.n, 1), -1, dtype=np.int64)
+        step = max(1, min(int(chunk_refs), n_total))
+        out = np.empty(step, dtype=np.int64)
+        with open(codes_path, "rb") as src, open(self.next_path, "wb") as dst:
+            dst.truncate(n_total * 8)
+            for hi in range(n_total, 0, -step):
+                lo = max(0, hi - step)
+                src.seek(lo * 4)
+                codes = np.fromfile(src, dtype=np.int32, count=hi - lo)
+                _backward_next(codes, np.int64(lo), seen, out[:hi - lo])
+                dst.seek(lo * 8)
+                out[:hi - lo].tofile(dst)
+        codes_path.unlink()
+
+    def keys(self, lo: int, codes: np.ndarray, records, n_blocks: int) -> np.ndarray:
+        nxt = np.fromfile(self.handle, dtype=np.int64, count=len(codes))
+        if len(self.out) < len(codes):
+            self.out = np.empty(len(codes), dtype=np.int64)
+        out = self.out[:len(codes)]
+        _computed_keys(codes, nxt, np.int64(self.n_total), out)
+        return out
+
+    def finish(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.handle.close()
+        self.folder.cleanup()
+
+
+def _replay_pass(path, replay: StreamReplay, fac: Factorizer, chunk_refs: int, future=None, progress=None):
+    """One forward pass of the file through `replay`; returns (references, total tokens, seconds
+    reading and factorising)."""
     references = total_tokens = 0
     codes_buf = np.empty(0, dtype=np.int32)
     read_s = 0.0
     start = time.perf_counter()
-    for lo, ids, sizes in _oracle_chunks(path, chunk_refs):
+    for lo, records in _oracle_records(path, chunk_refs):
+        ids, sizes = records["obj_id"].view(np.int64), records["obj_size"]
         if len(codes_buf) < len(ids):
             codes_buf = np.empty(len(ids), dtype=np.int32)
-        codes = fac.codes(ids, out=codes_buf)
+        codes = fac.codes(ids, out=codes_buf)[:len(ids)]
         tokens = np.minimum(sizes, 2**31 - 1)
         references += len(ids)
         total_tokens += int(tokens.sum(dtype=np.int64))
+        keys = None if future is None else future.keys(lo, codes, records, fac.n)
         read_s += time.perf_counter() - start
-        replay.feed(codes, fac.n, tokens=tokens)
+        replay.feed(codes, fac.n, tokens=tokens, future=keys)
         if progress is not None:
             progress(lo + len(ids))
         start = time.perf_counter()
+    if future is not None:
+        future.finish()
+    return references, total_tokens, read_s
+
+
+def stream_simulate(path, policies, capacities, chunk_refs: int = CHUNK_REFS, params: dict | None = None,
+                    progress=None, keep_hits: bool = False, temp_dir=None, note=None
+                    ) -> tuple[list[SimResult], dict]:
+    """Replay the oracleGeneral file `path` through every policy module in `policies` at every
+    capacity, reading it once, `chunk_refs` records at a time. `params`: policy NAME -> its
+    parameters. Returns (results in policy-then-capacity order, trace summary: references,
+    distinct blocks, seconds reading and factorising). `progress(records_done)` is called
+    after each chunk; `note(text)` is told of extra passes (belady's next uses).
+
+    Belady runs read each reference's next use: from the file's next_access_vtime when
+    `file_pointer_base` accepts it (checked as it streams; if a pointer turns out wrong, those
+    runs are replayed again with computed ones), else computed first in `temp_dir` (default:
+    the system's, TMPDIR) by two extra passes (`_ComputedFuture`). `keep_hits`: each result's
+    request_hits holds its per-reference hit flags (for tests; 4 bytes a reference)."""
+    from ..traces.oracle import oracle_records
+
+    params = params or {}
+    runs = [(m, int(c), dict(params.get(m.NAME, {}))) for m in policies for c in capacities]
+    replay = StreamReplay(runs, keep_hits=keep_hits)
+    fac = Factorizer()
+    future = None
+    if any(needs_future(m) for m, _, _ in runs):
+        n_total = oracle_records(path)
+        base = file_pointer_base(path)
+        if base is None:
+            if note is not None:
+                note("belady: next_access_vtime absent or wrong in the file's head; computing each reference's "
+                     f"next use first (two extra passes, {12 * n_total / 2**20:,.1f} MiB of temporary files)")
+            future = _ComputedFuture(path, fac, n_total, chunk_refs, temp_dir)
+        else:
+            future = _FileFuture(base, n_total)
+    try:
+        references, total_tokens, read_s = _replay_pass(path, replay, fac, chunk_refs, future, progress)
+    finally:
+        if future is not None:
+            future.close()
+    results = replay.results(references, total_tokens)
+    if future is not None and future.broken_at is not None:
+        if note is not None:
+            note(f"belady: next_access_vtime does not match the trace (record {future.broken_at + 1}); replaying "
+                 "belady again with next uses computed (three more passes)")
+        redo = [k for k, (m, _, _) in enumerate(runs) if needs_future(m)]
+        again = StreamReplay([runs[k] for k in redo], keep_hits=keep_hits)
+        computed = _ComputedFuture(path, fac, future.n_total, chunk_refs, temp_dir)
+        try:
+            _replay_pass(path, again, fac, chunk_refs, computed)
+        finally:
+            computed.close()
+        for k, result in zip(redo, again.results(references, total_tokens)):
+            results[k] = result
     summary = {"path": str(path), "format": "oracle", "references": references, "requests": references,
                "distinct_blocks": fac.n, "read_seconds": read_s, "streamed": True}
-    return replay.results(references, total_tokens), summary
+    return results, summary
 
 
 def count_distinct(path, chunk_refs: int = CHUNK_REFS) -> int:
