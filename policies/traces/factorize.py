@@ -100,9 +100,18 @@ def _rehash(old, table, bits):
             table[2 * j + 1] = old[2 * s + 1]
 
 
-def factorize_int64(keys: np.ndarray) -> tuple[np.ndarray, int]:
+def direct_span(lo: int, hi: int, n: int) -> int | None:
+    """Slots of the direct table for `n` keys in [lo, hi], or None when the range is too
+    sparse for one (more than about two slots per key): then the keys are hashed."""
+    span = int(hi) - int(lo) + 1  # Python ints: no overflow
+    return span if span <= 2 * n + 1024 else None
+
+
+def factorize_int64(keys: np.ndarray, bounds: tuple[int, int] | None = None) -> tuple[np.ndarray, int]:
     """(codes int32, number of distinct keys) for a 1-D int64 array, first-appearance order.
 
+    `bounds`: (min, max) of the keys when the caller has them already (a reader that folded
+    them into its own pass), which saves the pass that finds them.
     Raises OverflowError past 2**31 - 1 keys, where int32 codes could run out."""
     keys = np.ascontiguousarray(keys, dtype=np.int64)
     n = keys.shape[0]
@@ -111,12 +120,12 @@ def factorize_int64(keys: np.ndarray) -> tuple[np.ndarray, int]:
         return codes, 0
     if n > _INT32_MAX:  # codes could overflow (rare: >2^31 references)
         raise OverflowError(f"{n} references: more than int32 codes can number")
-    lo, hi = _min_max(keys)
-    span = int(hi) - int(lo) + 1  # Python ints: no overflow
+    lo, hi = _min_max(keys) if bounds is None else (np.int64(bounds[0]), np.int64(bounds[1]))
+    span = direct_span(lo, hi, n)
     # Tables come from numpy, not from inside the compiled code: np.zeros maps zeroed
     # memory lazily and numpy asks the kernel for huge pages on large arrays, which halves
     # the time of the random lookups (fewer TLB misses) on a multi-megabyte table.
-    if span <= 2 * n + 1024:
+    if span is not None:
         return codes, int(_factorize_direct(keys, lo, np.zeros(span, dtype=np.int32), codes))
     bits = _MIN_BITS
     table = np.zeros(2 << bits, dtype=np.int64)

@@ -72,19 +72,20 @@ def trace_from_ids(
     tenant_names: tuple[str, ...] = (),
     source: str = "",
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
+    codes: tuple[np.ndarray, int] | None = None,
 ) -> Trace:
     """A Trace where every reference is its own request (oracle/CSV style, synthetic traces).
 
     `request` is then 0..n-1 as int32 (int64 past 2^31 references) and the columns that are
     the same for every reference (position 0; tokens 1 and tenant -1 when not given) are
     read-only zero-stride views, so a trace costs about 20 bytes a reference plus its times
-    (docs/CONTRACTS.md, `Trace`)."""
+    (docs/CONTRACTS.md, `Trace`). `codes`: `dense_ids(obj_ids)` when the caller has it already."""
     original = np.ascontiguousarray(obj_ids)
     if original.dtype == np.uint64:
         original = original.view(np.int64)
     original = original.astype(np.int64, copy=False)
     n = len(original)
-    block, n_blocks = dense_ids(original)
+    block, n_blocks = dense_ids(original) if codes is None else codes
     return Trace(
         time=constant_column(0.0, n, np.float64) if times is None else np.asarray(times, dtype=np.float64),
         request=np.arange(n, dtype=np.int32 if n <= INT32_MAX else np.int64),

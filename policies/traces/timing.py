@@ -138,17 +138,26 @@ def _shown(value) -> str:
 
 
 def request_starts(trace) -> np.ndarray:
-    """The arrival time of each request (the time of its first reference)."""
+    """The arrival time of each request (the time of its first reference); read-only: in a
+    trace of one reference per request it is the time column itself, not a gathered copy."""
     if not len(trace):
         return np.zeros(0)
+    if _one_reference_each(trace):
+        return np.asarray(trace.time)
     offsets = _offsets(trace)
     return np.asarray(trace.time)[offsets[:-1]]
+
+
+def _one_reference_each(trace) -> bool:
+    request = np.asarray(trace.request)
+    n = len(request)
+    return bool(n and request.dtype == np.int32 and int(request[-1]) == n - 1)
 
 
 def _offsets(trace) -> np.ndarray:
     request = np.asarray(trace.request)
     n = len(request)
-    if n and request.dtype == np.int32 and int(request[-1]) == n - 1:
+    if _one_reference_each(trace):
         return np.arange(n + 1, dtype=np.int64)  # one reference per request
     starts = np.flatnonzero(np.r_[True, request[1:] != request[:-1]])
     return np.r_[starts, n].astype(np.int64)
