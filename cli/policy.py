@@ -361,7 +361,7 @@ def _keep_trace_block_tokens(ctx, param, value):
               help="Prefix-cache rules: vLLM v1's block pool, or SGLang's radix cache.")
 @click.option("--policy", "-p", "policy_text", default=REPLAY_POLICIES, show_default=True,
               help="Comma-separated policies ordering the evictable blocks: lru (vLLM's own order), fifo, sieve, "
-                   "s3fifo, arc, lirs, or all.")
+                   "s3fifo, arc, lirs, lfu, sits (adaptive, per --window-s), or all.")
 @click.option("--capacity", "-c", "capacity_text", default="10%", show_default=True,
               help="Comma-separated pool sizes in KV blocks (100k) or % of the re-blocked trace's distinct blocks.")
 @click.option("--block-tokens", "kv_block_tokens", type=click.IntRange(min=1), default=16, show_default=True,
@@ -383,8 +383,16 @@ def _keep_trace_block_tokens(ctx, param, value):
 @click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES, case_sensitive=False), default=None,
               help="Trace format (default: from the file name, else from its content).")
 @click.option("--json", "as_json", is_flag=True, help="Print one policy-results JSON document (its 'replay' list).")
+@click.option("--window-s", type=float, default=None,
+              help="sits: the controller's decision window in simulated seconds (default 10).")
+@click.option("--threshold", "threshold", is_flag=True, default=False,
+              help="sits: serve LIRS until the dynamic threshold engine, reading each window's P99 TTFT, "
+                   "hot-switches to SITS.")
+@click.option("--threshold-windows", type=click.IntRange(min=1), default=None,
+              help="sits: consecutive breaching windows that fire the switch (default 3; implies --threshold).")
 def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, rate_scale, max_num_batched_tokens,
-               max_num_seqs, calibration, model_name, seed, skip_bad_lines, fmt, as_json) -> None:
+               max_num_seqs, calibration, model_name, seed, skip_bad_lines, fmt, as_json, window_s=None,
+               threshold=False, threshold_windows=None) -> None:
     """Serve TRACE's requests through a serving engine: arrivals at their timestamps, continuous batching,
     chunked prefill, the engine's prefix-cache rules, the policy ordering the evictable blocks."""
     from sitsprof.policies.serving.summary import replay_document, replay_table
@@ -393,7 +401,9 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
     doc = replay_document(trace, trace_path, fmt, engine=engine, policies=policy_text, capacities=capacity_text,
                           block_tokens=kv_block_tokens, rate_scale=rate_scale,
                           max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                          calibration=calibration, model=model_name, seed=seed)
+                          calibration=calibration, model=model_name, seed=seed, window_s=window_s,
+                          threshold=threshold or threshold_windows is not None,
+                          sits={"threshold_windows": threshold_windows} if threshold_windows else None)
     if as_json:
         emit_json(doc)
         return

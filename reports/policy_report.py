@@ -101,6 +101,55 @@ def _replay_parts(replay) -> tuple[list, list]:
                            axis_titles("simulated time (s)", "block hit ratio"),
                            caption="Hit blocks over full prompt blocks of the requests first scheduled "
                                    "in each window."))
+    sits_tables, sits_figs = _replay_sits(entries)
+    return [table, *sits_tables], figs + sits_figs
+
+
+_BEHAVIOUR_LEVEL = {"lirs": 0, "recency": 1, "scan": 2}
+
+
+def _replay_sits(entries) -> tuple[list, list]:
+    """SITS decisions of the serving replays that ran -p sits: a table and, per replay, the
+    behaviour serving each window beside the window's P99 TTFT, switches and rollbacks marked."""
+    rows, figs = [], []
+    for r in entries:
+        x = r.get("sits")
+        if not isinstance(x, dict):
+            continue
+        events = [e for e in x.get("events") or [] if isinstance(e, dict)]
+        th = x.get("threshold") if isinstance(x.get("threshold"), dict) else None
+        switch = next((e for e in events if e.get("event") == "switch"), None)
+        share = x.get("behaviour_share") or {}
+        rows.append([r.get("policy"), r.get("capacity"), x.get("window_s"), x.get("decided_windows"),
+                     x.get("switches"), ", ".join(f"{k} {100 * float(v):.0f}%" for k, v in share.items()),
+                     (switch or {}).get("time") if th else None, th.get("rollbacks") if th else None])
+        decisions = [e for e in events if e.get("event") == "decision"]
+        timeline = [w for w in x.get("timeline") or [] if isinstance(w, dict)]
+        if not decisions or not timeline:
+            continue
+        name = f"{r.get('policy')} @ {r.get('capacity'):,}" if isinstance(r.get("capacity"), int) else "sits"
+        data = [{"type": "scatter", "mode": "lines", "name": "window P99 TTFT (ms)",
+                 "x": [e.get("time") for e in decisions], "y": [e.get("d_ms") for e in decisions], "yaxis": "y"},
+                {"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": "#D55E00"},
+                 "name": "behaviour serving the window (right axis)", "x": [w.get("time_s") for w in timeline],
+                 "y": [_BEHAVIOUR_LEVEL.get(str(w.get("behaviour"))) for w in timeline], "yaxis": "y2"}]
+        for kind, symbol in (("switch", "triangle-up"), ("rollback", "x"), ("breach", "circle-open")):
+            marks = [e for e in events if e.get("event") == kind]
+            if marks:
+                data.append({"type": "scatter", "mode": "markers", "name": kind, "x": [e.get("time") for e in marks],
+                             "y": [e.get("p99_ms", None) if kind == "breach" else 0 for e in marks], "yaxis": "y",
+                             "marker": {"symbol": symbol, "size": 10}})
+        layout = axis_titles("simulated time (s)", "P99 TTFT of the window's first tokens (ms)")
+        layout["yaxis2"] = {"overlaying": "y", "side": "right", "showgrid": False, "range": [-0.3, 2.3],
+                            "tickmode": "array", "tickvals": [0, 1, 2], "ticktext": ["lirs", "recency", "scan"]}
+        figs.append(Figure(f"SITS decisions (serving replay, {name})", data, layout, wide=True,
+                           caption=f"One point per {x.get('window_s')} s window of simulated time with requests; "
+                                   "the step line is the behaviour that served it (lirs before a threshold "
+                                   "switch); circles are breaches, triangles the hot switch, crosses rollbacks."))
+    if not rows:
+        return [], []
+    table = Table(["policy", "pool (blocks)", "window (s)", "decisions", "behaviour switches", "served",
+                   "threshold switch at (s)", "rollbacks"], rows, title="SITS decisions (serving replay)")
     return [table], figs
 
 

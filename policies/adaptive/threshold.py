@@ -111,6 +111,11 @@ def lirs_to_arc(links, qn, fl, st, capacity, prev, nxt, where, ends, sizes, stat
 
 
 
+def _front_name(cache) -> str:
+    """What a front buffer serves, for the event log (a front may name itself: `front_name`)."""
+    return getattr(cache, "front_name", None) or ("lirs" if isinstance(cache, LirsBaseline) else "baseline")
+
+
 @dataclass
 class ThresholdEngine:
     windows: int = 3
@@ -174,14 +179,14 @@ class ThresholdEngine:
             del back  # the front buffer never stopped serving: nothing to undo there
             self.rollbacks += 1
             events.append({"event": "rollback", **base,
-                           "to": "lirs" if isinstance(cache, LirsBaseline) else "baseline"})
+                           "to": _front_name(cache)})
             events.append({"event": "alert", **base,
                            "message": f"hot switch needed {cost:.1f} ms of model time, over the "
                                       f"{self.budget_ms:g} ms budget; rolled back"})
             return False
         self.live = cache.swap(back)
         self.fired = True
-        events.append({"event": "switch", **base, "from": "lirs" if isinstance(cache, LirsBaseline) else "baseline",
+        events.append({"event": "switch", **base, "from": _front_name(cache),
                        "to": "sits"})
         return True
 

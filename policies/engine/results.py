@@ -251,6 +251,25 @@ def _replay_problem(replay) -> str | None:
         if not isinstance(series, list) or any(not isinstance(w, dict) or not _is_number(w.get("time_s"))
                                                for w in series):
             return f"replay[{i}].series must be a list of objects with time_s"
+        problem = _sits_problem(row.get("sits"))
+        if problem is not None:
+            return f"replay[{i}].sits {problem}"
+    return None
+
+
+def _sits_problem(sits) -> str | None:
+    """What is wrong with a replay entry's optional `sits` (the SITS controller's log), or None."""
+    if sits is None:
+        return None
+    if not isinstance(sits, dict):
+        return "must be an object (the SITS controller's windows and decisions) or null"
+    events, timeline = sits.get("events", []), sits.get("timeline", [])
+    if not isinstance(events, list) or any(not isinstance(e, dict) or not isinstance(e.get("event"), str)
+                                           for e in events):
+        return "events must be a list of objects with an event name"
+    if not isinstance(timeline, list) or any(not isinstance(w, dict) or not _is_number(w.get("time_s"))
+                                             or not isinstance(w.get("behaviour"), str) for w in timeline):
+        return "timeline must be a list of objects with time_s and behaviour"
     return None
 
 

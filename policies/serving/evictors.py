@@ -37,6 +37,13 @@ model changed (a digest of their sources beside the cache).
   meets are parked off their frequency's list (keeping their count, their node kept alive) and
   go back to its oldest end when unpinned; a hit moves a parked block, counted, to the tail of
   its new frequency's list.
+- SITS (pid 6): ARC's four lists and `p`, served in the behaviour sc[_BEHAV] (adaptive/sits.py's
+  two): SCAN is ARC above, call for call; RECENCY is one LRU list over T2: admissions and
+  freed blocks (unpin) go to T2's head, as vLLM's free queue appends a freed block, the victim
+  is T1's oldest unpinned block while T1 holds any (what a scan period left), else T2's, and
+  it is forgotten (no ghost); ghost hits adapt `p` in both. Pinned to SCAN it is the serving
+  ARC; pinned to RECENCY, T1 stays empty and the unpinned blocks of T2 are in vLLM's free
+  queue order, so it is the serving LRU, hit for hit, with pinning (tests/test_serving_sits.py).
 """
 from __future__ import annotations
 
@@ -52,6 +59,9 @@ LRU, FIFO, SIEVE, S3FIFO, ARC, LIRS = 0, 1, 2, 3, 4, 5
 LFU = 7  # (6 is SITS)
 POLICY_IDS = {"lru": LRU, "fifo": FIFO, "sieve": SIEVE, "s3fifo": S3FIFO, "arc": ARC, "lirs": LIRS}
 POLICY_IDS["lfu"] = LFU
+SITS = 6  # ARC's lists served in one of two behaviours, sc[_BEHAV] (below; adaptive.py switches it)
+POLICY_IDS["sits"] = SITS
+RECENCY, SCAN = 0, 1  # SITS behaviours (classic/arc.py's codes)
 
 # flag bits (S3-FIFO's SMALL/MAIN/GHOST are twoq's and s3fifo's: 1, 2, 4)
 _SMALL, _MAIN, _GHOST = 1, 2, 4
@@ -72,6 +82,7 @@ _HS, _TS, _HM, _TM = 16, 17, 18, 19
 _GQ = 20  # 4 entries: S3-FIFO ghost (live, head, tail, used)
 _SMALL_SIZE, _MAIN_SIZE, _GHOST_SIZE, _THRESH = 24, 25, 26, 27
 _PS, _PM = 28, 29  # S3-FIFO: parked blocks of small, of main
+_BEHAV = 30  # SITS: RECENCY or SCAN
 _NSC = 32
 
 
@@ -82,12 +93,14 @@ def new_state(pid: int, n_ids: int, capacity: int, small_ratio: float = 0.1, gho
     prev = np.full(n, NIL, dtype=np.int32)
     nxt = np.full(n, NIL, dtype=np.int32)
     flag = np.zeros(n, dtype=np.uint8)
-    cnt = np.full(n, NIL, dtype=np.int32) if pid == ARC else np.zeros(n if pid == S3FIFO else 1, dtype=np.int32)
+    cnt = (np.full(n, NIL, dtype=np.int32) if pid in (ARC, SITS)
+           else np.zeros(n if pid == S3FIFO else 1, dtype=np.int32))
     gpos = np.zeros(n if pid == S3FIFO else 1, dtype=np.int32)
     sc = np.zeros(_NSC, dtype=np.int64)
     sc[:8] = NIL
     sc[_HAND] = NIL
     sc[_CAP] = capacity
+    sc[_BEHAV] = SCAN
     fp = np.zeros(2, dtype=np.float64)
     if pid == S3FIFO:
         small = new_ring(capacity, n)
@@ -194,7 +207,7 @@ def ev_hit(pid, S, x):
         flag[x] |= _VISITED
     elif pid == S3FIFO:
         cnt[x] += 1
-    elif pid == ARC:
+    elif pid == ARC or pid == SITS:  # noqa: SIM109
         if flag[x] & _PARKED:
             flag[x] &= ~_PARKED
             sc[_N0 + cnt[x]] -= 1
@@ -216,7 +229,7 @@ def ev_miss(pid, S, x):
             sc[_GQ] -= 1
             sc[_MISS_GHOST] = 1
             flag[x] |= _PEND_G
-    elif pid == ARC:
+    elif pid == ARC or pid == SITS:  # noqa: SIM109 (SITS: ghost hits adapt p in both behaviours)
         w = cnt[x]
         if w == _B1:
             fp[0] = min(fp[0] + max(sc[_N3] / sc[_N2], 1.0), float(sc[_CAP]))
@@ -254,8 +267,8 @@ def ev_admit(pid, S, x):
             flag[x] |= _SMALL
             sc[_N0] += 1
         cnt[x] = 0
-    elif pid == ARC:
-        if flag[x] & _PEND_G:
+    elif pid == ARC or pid == SITS:  # noqa: SIM109
+        if flag[x] & _PEND_G or (pid == SITS and sc[_BEHAV] == RECENCY):  # recency: one LRU list, T2
             _push_head(prev, nxt, sc, _T2, x)
             cnt[x] = _T2
         else:
@@ -279,6 +292,8 @@ def ev_unpin(pid, S, x):
     flag[x] &= ~_PINNED
     if pid == LRU:
         _push_head(prev, nxt, sc, 0, x)
+    elif pid == SITS and sc[_BEHAV] == RECENCY:
+        _sits_to_t2_head(prev, nxt, flag, cnt, sc, x)
     elif flag[x] & _PARKED:
         if pid == S3FIFO:  # back at its ring's oldest end
             flag[x] &= ~_PARKED
@@ -297,7 +312,33 @@ def ev_unpin(pid, S, x):
         elif pid == LFU:
             lfu_unpark(S, x)
         else:
-            _unpark(prev, nxt, flag, sc, cnt[x] if pid == ARC else 0, x)
+            _unpark(prev, nxt, flag, sc, cnt[x] if pid == ARC or pid == SITS else 0, x)  # noqa: SIM109
+
+
+@njit(cache=True, inline="always")
+def _sits_to_t2_head(prev, nxt, flag, cnt, sc, x):
+    """SITS recency: a block freed (unpinned) goes to T2's head, as vLLM's free queue appends it."""
+    if flag[x] & _PARKED:
+        flag[x] &= ~_PARKED
+        sc[_N0 + cnt[x]] -= 1
+    else:
+        _unlink(prev, nxt, sc, cnt[x], x)
+    _push_head(prev, nxt, sc, _T2, x)
+    cnt[x] = _T2
+
+
+@njit(cache=True)
+def _sits_recency_victim(prev, nxt, flag, cnt, sc):
+    """SITS recency: T1's oldest unpinned block (what a scan period left drains first), else
+    T2's; forgotten, no ghost (as classic/arc.py's RECENCY)."""
+    q = _T1
+    x = _oldest_unpinned(prev, nxt, flag, sc, _T1)
+    if x == NIL:
+        q = _T2
+        x = _oldest_unpinned(prev, nxt, flag, sc, _T2)
+    _unlink(prev, nxt, sc, q, x)
+    cnt[x] = NIL
+    return x
 
 
 @njit(cache=True)
@@ -378,7 +419,9 @@ def ev_victim(pid, S):
                                sc[_GHOST_SIZE], x)
                 sc[_GQ], sc[_GQ + 1], sc[_GQ + 2], sc[_GQ + 3] = gq[0], gq[1], gq[2], gq[3]
                 return x
-    # ARC
+    if pid == SITS and sc[_BEHAV] == RECENCY:
+        return _sits_recency_victim(prev, nxt, flag, cnt, sc)
+    # ARC (and SITS in its SCAN behaviour)
     cap = sc[_CAP]
     ghost_hit = sc[_MISS_GHOST] != 0
     in_b2_hit = sc[_MISS_GHOST] == 2

@@ -96,6 +96,10 @@ WAITING, RUNNING, DONE, REJECTED, FUTURE = 0, 1, 2, 3, 4
 (ST_STEPS, ST_PREEMPTIONS, ST_REJECTED, ST_POOL_BLOCKED, ST_PEAK_WAITING, ST_PEAK_RUNNING, ST_TOKENS,
  ST_PREFILL_TOKENS, ST_HIT_TOKENS, ST_PROMPT_TOKENS) = range(10)
 N_STATS = 16
+# scalars of the resumable scheduler state (`new_run_state`): waiting ring head and length,
+# running requests, next arrival, requests finished or rejected
+SI_WH, SI_WN, SI_NRUN, SI_NXT, SI_DONE = range(5)
+N_SI = 8
 
 
 @njit(cache=True)
@@ -106,31 +110,28 @@ def _ceil_div(a, b):
 @njit(cache=True)
 def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arrival, bt, max_batched, max_seqs, mode,
            ref_ids, ref_off, ref_hit, lat_params, rng_state, terms,
-           t_sched, t_first, t_done, hit_blocks, n_preempt, status, stats):
+           t_sched, t_first, t_done, hit_blocks, n_preempt, status, stats, rq, wq, run, sched, clock, si, t_stop):
+    """Run steps from the state in (rq, wq, run, clock, si; `new_run_state`) until the trace is
+    done or simulated time reaches `t_stop` (checked before each step, so a window ends at a
+    step boundary at or after t_stop); the state is stored back, so the next call resumes
+    exactly where this one stopped. Returns the simulated time reached."""
     ref, cached, kind, pc, ev_log = pool
     n = prompt.shape[0]
     capacity = pc[CAPACITY]
-    comp = np.zeros(n, dtype=np.int64)  # tokens computed (KV written)
-    gen = np.zeros(n, dtype=np.int64)  # output tokens sampled
-    held = np.zeros(n, dtype=np.int64)  # blocks in the request's table
-    reg = np.zeros(n, dtype=np.int64)  # blocks registered full
-    # waiting: a double-ended ring of request ids (each at most once)
-    wq = np.empty(n + 1, dtype=np.int64)
-    wh = 0
-    wn = 0
-    run = np.empty(n, dtype=np.int64)
-    n_run = 0
-    sched = np.zeros(n, dtype=np.int64)  # tokens scheduled this step, by running slot
-    for r in range(n):
-        status[r] = FUTURE
-        t_sched[r] = -1.0
-        t_first[r] = -1.0
-        t_done[r] = -1.0
-        hit_blocks[r] = -1
-    now = 0.0
-    nxt = 0
-    done = 0
+    comp = rq[0]  # tokens computed (KV written)
+    gen = rq[1]  # output tokens sampled
+    held = rq[2]  # blocks in the request's table
+    reg = rq[3]  # blocks registered full
+    # waiting: a double-ended ring of request ids (each at most once), wq[wh..wh+wn)
+    wh = si[SI_WH]
+    wn = si[SI_WN]
+    n_run = si[SI_NRUN]
+    now = clock[0]
+    nxt = si[SI_NXT]
+    done = si[SI_DONE]
     while done < n:
+        if now >= t_stop:
+            break
         # 1. arrivals
         while nxt < n and arrival[nxt] <= now:
             need = offsets[nxt + 1] - offsets[nxt]
@@ -334,7 +335,26 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
             run[keep] = r
             keep += 1
         n_run = keep
+    si[SI_WH] = wh
+    si[SI_WN] = wn
+    si[SI_NRUN] = n_run
+    si[SI_NXT] = nxt
+    si[SI_DONE] = done
+    clock[0] = now
     return now
+
+
+def new_run_state(n: int):
+    """The scheduler state `replay` resumes from, before the first step: per-request counters
+    rq (computed tokens, sampled outputs, blocks held, blocks registered), the waiting ring wq,
+    the running list and its per-step token counts, the clock and the scalars si."""
+    rq = np.zeros((4, n), dtype=np.int64)
+    wq = np.empty(n + 1, dtype=np.int64)
+    run = np.empty(max(n, 1), dtype=np.int64)
+    sched = np.zeros(max(n, 1), dtype=np.int64)
+    clock = np.zeros(1, dtype=np.float64)
+    si = np.zeros(N_SI, dtype=np.int64)
+    return rq, wq, run, sched, clock, si
 
 
 _drop_stale_cache(replay)
@@ -428,12 +448,18 @@ class ReplayResult:
 def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "vllm", block_tokens: int = 16,
                rate_scale: float = 1.0, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
                calibration=None, model=None, seed: int = 0, all_evictable: bool = False,
-               log_evictions: bool = False, reblocked=None) -> ReplayResult:
+               log_evictions: bool = False, reblocked=None, driver=None, window_s: float | None = None,
+               threshold: bool = False, sits: dict | None = None) -> ReplayResult:
     """Replay `trace` through the serving engine (module docstring); `all_evictable` is the
-    no-pinning check mode (every reference a kernel reference)."""
+    no-pinning check mode (every reference a kernel reference). `driver(run, meta)` (a
+    ReplayRun and what `ReplayRun.result` needs) drives the run window by window and returns
+    the ReplayResult (adaptive.py's SITS / threshold drivers); None runs it in one call.
+    -p sits runs adaptive.py's controller every `window_s` simulated seconds (default
+    adaptive.WINDOW_S); `threshold` serves LIRS until the threshold engine switches to SITS;
+    `sits` holds SitsConfig fields and threshold_windows / _budget_ms / _horizon_s."""
     import time as _time
 
-    from .evictors import LIRS, POLICY_IDS, S3FIFO
+    from .evictors import LIRS, POLICY_IDS, S3FIFO, SITS
     from .evictors import new_state as new_evictor
     from .pool import new_pool
     from .reblock import reblock
@@ -451,12 +477,20 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "
     if max_num_batched_tokens < 1 or max_num_seqs < 1:
         raise ReplayError("--max-num-batched-tokens and --max-num-seqs must be at least 1")
     pid = POLICY_IDS[policy]
+    if (threshold or window_s is not None or sits) and pid != SITS:
+        raise ReplayError(f"--threshold, --window-s and the SITS options drive -p sits (not -p {policy})")
+    if pid == SITS and driver is None:
+        from .adaptive import WINDOW_S
+        from .adaptive import driver as sits_driver
+
+        driver = sits_driver(WINDOW_S if window_s is None else window_s, threshold, calibration, **(sits or {}))
+        if threshold:
+            pid = LIRS  # the threshold engine's baseline serves until it hot-switches to SITS
     if pid == LIRS and capacity < 2:
         raise ReplayError(f"lirs at {capacity} block has no LIR set (it needs 2 blocks or more; raise -c)")
     if pid == S3FIFO and capacity < 20:
         raise ReplayError(f"s3fifo at {capacity} blocks has no small queue (it needs 20 blocks or more; raise -c)")
     rb = reblocked if reblocked is not None else reblock(trace, block_tokens)
-    n = rb.n_requests
     mode = 1 if all_evictable else 0
     n_ids = (int(rb.ref_ids.max()) + 1 if len(rb.ref_ids) else 1) if mode else rb.n_ids
     S = new_evictor(pid, n_ids, capacity)
@@ -467,35 +501,89 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "
     ref_hit = np.zeros(len(rb.ref_ids) if mode else 1, dtype=np.uint8)
     rng_state = np.array([np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(1)], dtype=np.uint64)
     terms = np.zeros(4, dtype=np.float64)
-    t_sched = np.empty(n)
-    t_first = np.empty(n)
-    t_done = np.empty(n)
-    hit_blocks = np.empty(n, dtype=np.int64)
-    n_preempt = np.zeros(n, dtype=np.int64)
-    status = np.empty(n, dtype=np.int8)
-    stats = np.zeros(N_STATS, dtype=np.int64)
     if engine == "sglang" and policy != "lru":
         raise ReplayError(f"--engine sglang evicts radix-tree leaves by last access (lru); -p {policy} has no "
                           "radix form yet (use -p lru, or --engine vllm)")
     if engine == "sglang" and all_evictable:
         raise ReplayError("the all-evictable check mode is the vLLM pool's; use engine='vllm'")
     R = new_radix(n_ids, engine == "sglang")
-    t0 = _time.perf_counter()
-    engine_id = SGLANG if engine == "sglang" else VLLM
-    end = replay(pid, S, pool, engine_id, R, rb.offsets, rb.ids, rb.n_full, rb.prompt_tokens, rb.output_tokens, arrival,
-                 rb.block_tokens, max_num_batched_tokens, max_num_seqs, mode, rb.ref_ids, rb.ref_offsets, ref_hit,
-                 model_obj.params, rng_state, terms, t_sched, t_first, t_done, hit_blocks, n_preempt, status,
-                 stats)
-    seconds = _time.perf_counter() - t0
-    pc = pool[3]
-    ev_log = pool[4][: min(int(pc[4]), len(pool[4]))].copy() if log_evictions else None
-    return ReplayResult(
-        engine=engine, policy=policy, capacity=int(capacity), block_tokens=rb.block_tokens,
-        rate_scale=float(rate_scale), arrival=arrival, t_sched=t_sched, t_first=t_first, t_done=t_done,
-        hit_blocks=hit_blocks, n_preempt=n_preempt, status=status, prompt_tokens=rb.prompt_tokens,
-        output_tokens=rb.output_tokens, n_full=rb.n_full, stats=stats, pool_counters=pc.copy(), terms=terms,
-        end_s=float(end), seconds=seconds, evictions_log=ev_log, ref_hit=ref_hit if mode else None,
-        latency_model=getattr(model_obj, "description", type(model_obj).__name__))
+    run = ReplayRun(pid, S, pool, SGLANG if engine == "sglang" else VLLM, R, rb, arrival, max_num_batched_tokens,
+                    max_num_seqs, mode, ref_hit, model_obj.params, rng_state, terms)
+    meta = {"engine": engine, "policy": policy, "capacity": int(capacity), "rate_scale": float(rate_scale),
+            "log_evictions": log_evictions,
+            "latency_model": getattr(model_obj, "description", type(model_obj).__name__)}
+    if driver is None:
+        t0 = _time.perf_counter()
+        run.advance(np.inf)
+        return run.result(meta, _time.perf_counter() - t0)
+    return driver(run, meta)
+
+
+class ReplayRun:
+    """One replay's arrays and resumable scheduler state: `advance(t_stop)` runs steps until
+    simulated time reaches t_stop (at a step boundary) or the trace is done. Between calls the
+    caller may read the per-request times so far and change the evictor (`pid`, `S`: the
+    adaptive drivers in adaptive.py do); a run cut into windows equals the one-call run."""
+
+    def __init__(self, pid, S, pool, engine_id, R, rb, arrival, max_batched, max_seqs, mode, ref_hit, lat_params,
+                 rng_state, terms):
+        n = rb.n_requests
+        self.pid, self.S, self.pool, self.engine_id, self.R, self.rb = pid, S, pool, engine_id, R, rb
+        self.arrival, self.max_batched, self.max_seqs, self.mode = arrival, max_batched, max_seqs, mode
+        self.ref_hit, self.lat_params, self.rng_state, self.terms = ref_hit, lat_params, rng_state, terms
+        self.t_sched = np.full(n, -1.0)
+        self.t_first = np.full(n, -1.0)
+        self.t_done = np.full(n, -1.0)
+        self.hit_blocks = np.full(n, -1, dtype=np.int64)
+        self.n_preempt = np.zeros(n, dtype=np.int64)
+        self.status = np.full(n, FUTURE, dtype=np.int8)
+        self.stats = np.zeros(N_STATS, dtype=np.int64)
+        self.rq, self.wq, self.run, self.sched, self.clock, self.si = new_run_state(n)
+        self.calls = 0
+
+    REJECTED = REJECTED  # the status code, for drivers (which do not import this module)
+
+    @property
+    def now(self) -> float:
+        return float(self.clock[0])
+
+    @property
+    def arrived(self) -> int:
+        """Requests that have arrived (joined the waiting queue or were rejected) so far."""
+        return int(self.si[SI_NXT])
+
+    @property
+    def finished(self) -> bool:
+        """Every request done or rejected, or nothing left that could run."""
+        return bool(self.si[SI_DONE] >= len(self.status) or self._stalled)
+
+    _stalled = False
+
+    def advance(self, t_stop: float) -> float:
+        """Steps until simulated time >= t_stop or the trace is done; returns the time reached."""
+        rb = self.rb
+        self.calls += 1
+        end = replay(self.pid, self.S, self.pool, self.engine_id, self.R, rb.offsets, rb.ids, rb.n_full,
+                     rb.prompt_tokens, rb.output_tokens, self.arrival, rb.block_tokens, self.max_batched,
+                     self.max_seqs, self.mode, rb.ref_ids, rb.ref_offsets, self.ref_hit, self.lat_params,
+                     self.rng_state, self.terms, self.t_sched, self.t_first, self.t_done, self.hit_blocks,
+                     self.n_preempt, self.status, self.stats, self.rq, self.wq, self.run, self.sched, self.clock,
+                     self.si, float(t_stop))
+        if end < t_stop:  # replay stopped short of t_stop: nothing is left to run
+            self._stalled = True
+        return float(end)
+
+    def result(self, meta: dict, seconds: float) -> ReplayResult:
+        rb = self.rb
+        pc = self.pool[3]
+        ev_log = self.pool[4][: min(int(pc[4]), len(self.pool[4]))].copy() if meta["log_evictions"] else None
+        return ReplayResult(
+            engine=meta["engine"], policy=meta["policy"], capacity=meta["capacity"], block_tokens=rb.block_tokens,
+            rate_scale=meta["rate_scale"], arrival=self.arrival, t_sched=self.t_sched, t_first=self.t_first,
+            t_done=self.t_done, hit_blocks=self.hit_blocks, n_preempt=self.n_preempt, status=self.status,
+            prompt_tokens=rb.prompt_tokens, output_tokens=rb.output_tokens, n_full=rb.n_full, stats=self.stats,
+            pool_counters=pc.copy(), terms=self.terms, end_s=self.now, seconds=seconds, evictions_log=ev_log,
+            ref_hit=self.ref_hit if self.mode else None, latency_model=meta["latency_model"])
 
 
 def _series(res: ReplayResult, bins: int = 100) -> list[dict]:
@@ -530,4 +618,5 @@ def replay_row(res: ReplayResult) -> dict:
     ttft = (res.t_first - res.arrival)[done] * 1e3
     row["ttft_cdf_ms"] = [float(v) for v in np.percentile(ttft, np.arange(101))] if len(ttft) else []
     row["series"] = _series(res)
+    row["sits"] = res.extra.get("sits")  # -p sits: the controller's windows and decisions (adaptive.py)
     return row

@@ -22,16 +22,33 @@ def _policies(text: str) -> list[str]:
 
 def replay_document(trace, path, fmt, engine="vllm", policies="lru", capacities="10%", block_tokens=16,
                     rate_scale=1.0, max_num_batched_tokens=8192, max_num_seqs=256, calibration=None, model=None,
-                    seed=0) -> dict:
+                    seed=0, window_s=None, threshold=False, sits=None) -> dict:
+    """`window_s`, `threshold` and `sits` (SitsConfig fields, threshold_*) drive -p sits only."""
+    names = _policies(policies)
+    if (window_s is not None or threshold or sits) and "sits" not in names:
+        from ..errors import ServingReplayError
+
+        raise ServingReplayError(f"--threshold and --window-s drive -p sits (not -p {','.join(names)}); "
+                                 "add sits to -p")
     rb = reblock(trace, block_tokens)
     caps = parse_capacities(capacities, rb.n_ids)
     rows = []
-    for policy in _policies(policies):
+    for policy in names:
+        adaptive = {"window_s": window_s, "threshold": threshold, "sits": sits} if policy == "sits" else {}
         for cap in caps:
             res = run_replay(trace, policy, cap, engine=engine, block_tokens=block_tokens, rate_scale=rate_scale,
                              max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                             calibration=calibration, model=model, seed=seed, reblocked=rb)
+                             calibration=calibration, model=model, seed=seed, reblocked=rb, **adaptive)
             rows.append(replay_row(res))
+    return engine_document(trace, path, fmt, rb, rows, engine=engine, block_tokens=block_tokens,
+                           rate_scale=rate_scale, max_num_batched_tokens=max_num_batched_tokens,
+                           max_num_seqs=max_num_seqs)
+
+
+def engine_document(trace, path, fmt, rb, rows, *, engine, block_tokens, rate_scale, max_num_batched_tokens,
+                    max_num_seqs, **fields) -> dict:
+    """The policy-results document of serving replays `rows` of `trace` (re-blocked `rb`), with
+    `fields` (routing.py's `routing`) beside `trace`, `engine` and `replay`."""
     summary = trace_summary(trace, path, fmt)
     summary["kv_block_tokens"] = int(block_tokens)
     summary["kv_blocks"] = int(rb.n_ids)
@@ -39,7 +56,7 @@ def replay_document(trace, path, fmt, engine="vllm", policies="lru", capacities=
     return document([], trace=summary, replay=rows,
                     engine={"engine": engine, "block_tokens": int(block_tokens), "rate_scale": float(rate_scale),
                             "max_num_batched_tokens": int(max_num_batched_tokens),
-                            "max_num_seqs": int(max_num_seqs)})
+                            "max_num_seqs": int(max_num_seqs)}, **fields)
 
 
 def _s(v) -> str:
@@ -69,4 +86,21 @@ def replay_table(doc: dict):
         shares = doc["replay"][0]["term_share"]
         table.caption = (f"step time: {doc['replay'][0]['latency_model']}; share of the summed terms: "
                          + ", ".join(f"{k} {100 * v:.0f}%" for k, v in shares.items()))
+        lines = [sits_line(r) for r in doc["replay"] if r.get("sits")]
+        if lines:
+            table.caption += "\n" + "\n".join(lines)
     return table
+
+
+def sits_line(row: dict) -> str:
+    """One line on a sits replay's controller: windows, switches, behaviour shares, the threshold engine."""
+    x = row["sits"]
+    share = ", ".join(f"{k} {100 * v:.0f}%" for k, v in x["behaviour_share"].items())
+    text = (f"sits at {row['capacity']:,}: {x['decided_windows']:,} decisions in {x['window_s']:g} s windows, "
+            f"{x['switches']} behaviour switches; served {share}")
+    th = x.get("threshold")
+    if th is not None:
+        sw = [e for e in x["events"] if e["event"] == "switch"]
+        done = f"switched LIRS->SITS at t={sw[0]['time']:.1f} s" if sw else "no switch"
+        text += f"; threshold engine: {done}, {th['rollbacks']} rollbacks"
+    return text

@@ -1,0 +1,228 @@
+"""SITS and the dynamic threshold engine in the serving replay (policies/serving/adaptive.py).
+
+- the replay cut into windows of simulated time equals the one-call replay, request for request;
+- the `sits` evictor pinned to SCAN is the serving ARC, pinned to RECENCY the serving LRU
+  (vLLM's free queue), hit for hit and eviction for eviction, all-evictable and with pinning;
+- the LIRS -> SITS back buffer holds exactly the pool's cached blocks, pins kept;
+- on a crafted workload the threshold engine fires under load (queues build, the replay's own
+  P99 TTFT climbs over windows) and never without load; decisions are logged, deterministic.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sitsprof.policies.registry import get_policy
+from sitsprof.policies.serving.adaptive import lirs_to_sits, windowed
+from sitsprof.policies.serving.evictors import _BEHAV, _N0, _PINNED, _T1, _T2, SCAN, SITS
+from sitsprof.policies.serving.reblock import reblock
+from sitsprof.policies.serving.scheduler import DONE, run_replay
+from sitsprof.policies.traces.detect import read_trace
+from sitsprof.policies.traces.generator import generate_workload
+
+SAME = ("t_sched", "t_first", "t_done", "hit_blocks", "n_preempt", "status", "stats", "pool_counters", "terms",
+        "evictions_log")
+
+
+@pytest.fixture(scope="module")
+def generated():
+    return generate_workload(seed=3, duration_s=60.0)
+
+
+@pytest.fixture(scope="module")
+def rb(generated):
+    return reblock(generated, 16)
+
+
+def _tight(rb) -> int:
+    """A pool a little over the largest request: pinning, preemptions and evictions."""
+    return int(np.diff(rb.offsets).max()) + 200
+
+
+def _same(a, b, what):
+    for k in SAME:
+        x, y = getattr(a, k), getattr(b, k)
+        assert np.array_equal(x, y), f"{what}: {k} differs"
+    assert a.end_s == b.end_s
+
+
+@pytest.mark.parametrize("engine,policy", [("vllm", "lru"), ("vllm", "arc"), ("sglang", "lru")])
+def test_a_run_cut_into_windows_is_the_one_call_run(generated, rb, engine, policy):
+    cap = _tight(rb)
+    one = run_replay(generated, policy, cap, engine=engine, rate_scale=4.0, reblocked=rb, log_evictions=True)
+    s = one.summary()
+    assert s["preemptions"] > 0 and s["evictions"] > 0  # the state a window must carry is exercised
+    for w in (0.05, 1.0, 7.3):
+        cut = run_replay(generated, policy, cap, engine=engine, rate_scale=4.0, reblocked=rb, log_evictions=True,
+                         driver=windowed(w))
+        _same(one, cut, f"{engine}/{policy} in {w} s windows")
+
+
+def test_windows_with_no_overlap_skip_the_idle_stretches(generated, rb):
+    # at 1e-6 the trace spans ~1e8 simulated seconds: windows must follow the clock, not count it
+    one = run_replay(generated, "lru", 5000, rate_scale=1e-6, reblocked=rb)
+    cut = run_replay(generated, "lru", 5000, rate_scale=1e-6, reblocked=rb, driver=windowed(10.0))
+    assert np.array_equal(one.t_first, cut.t_first) and np.array_equal(one.hit_blocks, cut.hit_blocks)
+
+
+@pytest.mark.parametrize("initial,twin", [("scan", "arc"), ("recency", "lru")])
+def test_sits_pinned_is_its_twin_with_pinning(generated, rb, initial, twin):
+    cap = _tight(rb)
+    ref = run_replay(generated, twin, cap, rate_scale=4.0, reblocked=rb, log_evictions=True)
+    got = run_replay(generated, "sits", cap, rate_scale=4.0, reblocked=rb, log_evictions=True,
+                     sits={"initial": initial, "switching": False})
+    assert ref.summary()["evictions"] > 1000
+    _same(ref, got, f"sits pinned to {initial} vs {twin}")
+    assert got.extra["sits"]["switches"] == 0
+    assert {e["action"] for e in got.extra["sits"]["events"]} == {"hold"}
+
+
+@pytest.mark.parametrize("initial,twin", [("scan", "arc"), ("recency", "lru")])
+def test_sits_pinned_all_evictable_is_the_kernel(generated, initial, twin):
+    for cap in (50, 400, 3000):
+        got = run_replay(generated, "sits", cap, block_tokens=generated.block_tokens, rate_scale=1e-6,
+                         all_evictable=True, sits={"initial": initial, "switching": False})
+        hit = np.zeros(len(generated.block), dtype=np.uint8)
+        get_policy(twin).KERNEL(np.ascontiguousarray(generated.block), np.ascontiguousarray(generated.request_offsets),
+                                generated.n_blocks, cap, hit)
+        assert int(hit.sum()) > 0
+        assert np.array_equal(got.ref_hit, hit), f"{initial} at {cap}: {int((got.ref_hit != hit).sum())} differ"
+
+
+def test_lirs_back_buffer_holds_the_pool_pins_kept(generated, rb):
+    """Stop a LIRS replay mid-run (requests in flight, blocks pinned), build the SITS state."""
+    captured = {}
+
+    def stop_midway(run, meta):
+        run.advance(float(np.median(run.arrival)))
+        captured["ref"], captured["cached"] = run.pool[0].copy(), run.pool[1].copy()
+        A = lirs_to_sits(run.S, len(run.S[0]), meta["capacity"])
+        captured["A"] = tuple(a.copy() for a in A)
+        run.pid, run.S = SITS, A  # and the replay goes on from it
+        run.advance(np.inf)
+        return run.result(meta, 0.0)
+
+    cap = _tight(rb)
+    res = run_replay(generated, "lirs", cap, rate_scale=4.0, reblocked=rb, driver=stop_midway)
+    assert (res.status == DONE).all()
+    A = captured["A"]
+    ref, cached = captured["ref"], captured["cached"]
+    resident = np.flatnonzero((A[3] == _T1) | (A[3] == _T2))
+    assert len(resident) > 0
+    assert np.array_equal(np.sort(resident), np.flatnonzero(cached))
+    assert A[8][_N0 + _T1] + A[8][_N0 + _T2] == len(resident)
+    pinned = np.flatnonzero(ref > 0)
+    assert len(pinned) > 0 and (A[2][pinned] & _PINNED).all()
+    assert not (A[2][np.setdiff1d(resident, pinned)] & _PINNED).any()
+    assert A[8][_BEHAV] == SCAN
+
+
+def _crafted(tmp_path, n=600):
+    """n identical requests (4096-token prompts of unique blocks, 16 outputs) every 500 ms:
+    without load every TTFT is the same service time; at 4x the rate the queue grows."""
+    p = tmp_path / "steady.jsonl"
+    with p.open("w") as f:
+        for i in range(n):
+            f.write(json.dumps({"timestamp": i * 500, "input_length": 4096, "output_length": 16,
+                                "hash_ids": [i * 8 + k for k in range(8)]}) + "\n")
+    return read_trace(p)
+
+
+def _events(res, kind):
+    return [e for e in res.extra["sits"]["events"] if e["event"] == kind]
+
+
+def test_threshold_fires_under_load_and_not_without(tmp_path):
+    trace = _crafted(tmp_path)
+    quiet = {rs: run_replay(trace, "sits", 4000, rate_scale=rs, threshold=True) for rs in (1e-6, 1.0)}
+    for rs, res in quiet.items():
+        assert res.summary()["ttft_p99_ms"] < 400, rs  # no queue: TTFT is the service time
+        assert not res.extra["sits"]["threshold"]["fired"] and not _events(res, "switch"), rs
+        assert res.extra["sits"]["behaviour_share"]["lirs"] == 1.0
+    loaded = run_replay(trace, "sits", 4000, rate_scale=4.0, threshold=True)
+    x = loaded.extra["sits"]
+    assert loaded.summary()["ttft_p99_ms"] > 10_000
+    assert x["threshold"]["fired"] and x["threshold"]["rollbacks"] == 0
+    breaches, switch = _events(loaded, "breach"), _events(loaded, "switch")
+    assert len(switch) == 1 and switch[0]["from"] == "lirs" and switch[0]["to"] == "sits"
+    # 3 consecutive breaching windows, each over the threshold of the windows before it, then the switch
+    last3 = [b for b in breaches if b["window"] <= switch[0]["window"]][-3:]
+    assert [b["consecutive"] for b in last3] == [1, 2, 3]
+    assert [b["window"] for b in last3] == list(range(switch[0]["window"] - 2, switch[0]["window"] + 1))
+    assert all(b["p99_ms"] > b["threshold_ms"] for b in last3)
+    # what the engine read is the replay's own P99 TTFT of the window's first tokens
+    w = last3[0]
+    dec = next(e for e in x["events"] if e["event"] == "decision" and e["window"] == w["window"])
+    assert dec["d_ms"] == pytest.approx(w["p99_ms"], abs=1e-3)
+    # after the switch the SITS controller is armed, LIRS served only before it
+    after = [e for e in x["events"] if e["event"] == "decision" and e["window"] > switch[0]["window"]]
+    assert after and all(e["from"] in ("recency", "scan") for e in after)
+    assert 0 < x["behaviour_share"]["lirs"] < 1
+
+
+def test_window_p99_is_the_window_first_tokens(tmp_path):
+    trace = _crafted(tmp_path, 200)
+    res = run_replay(trace, "sits", 4000, rate_scale=4.0, window_s=5.0)
+    x = res.extra["sits"]
+    decisions = [e for e in x["events"] if e["event"] == "decision"]
+    assert [t["time_s"] for t in x["timeline"]] == [round(e["time"], 6) for e in decisions]
+    times = [e["time"] for e in decisions]  # the window ends, unrounded (a step's end is a first token's time)
+    assert times == sorted(times)
+    ttft = (res.t_first - res.arrival) * 1e3
+    lo = 0.0
+    for e, t in zip(decisions, times):
+        got = (res.t_first > lo) & (res.t_first <= t)
+        if got.any():
+            assert e["d_ms"] == pytest.approx(float(np.percentile(ttft[got], 99)), abs=1e-3)
+        lo = t
+
+
+def test_rollback_over_budget_keeps_lirs(tmp_path):
+    trace = _crafted(tmp_path)
+    res = run_replay(trace, "sits", 4000, rate_scale=4.0, threshold=True, sits={"threshold_budget_ms": 1e-6})
+    th = res.extra["sits"]["threshold"]
+    assert not th["fired"] and th["rollbacks"] >= 1 and len(_events(res, "rollback")) == th["rollbacks"]
+    assert _events(res, "alert") and not _events(res, "switch")
+    assert res.extra["sits"]["behaviour_share"]["lirs"] == 1.0
+    # rolled back: the run is the plain LIRS replay apart from the priced walks LIRS served through
+    assert (res.status == DONE).all()
+
+
+def test_decisions_are_logged_and_deterministic(generated, rb):
+    cap = _tight(rb)
+    a = run_replay(generated, "sits", cap, rate_scale=2.0, reblocked=rb, window_s=5.0)
+    b = run_replay(generated, "sits", cap, rate_scale=2.0, reblocked=rb, window_s=5.0)
+    assert a.extra["sits"]["events"] == b.extra["sits"]["events"]
+    assert np.array_equal(a.t_first, b.t_first)
+    decisions = [e for e in a.extra["sits"]["events"] if e["event"] == "decision"]
+    assert len(decisions) >= 5
+    for e in decisions:
+        for key in ("window", "time", "H", "d_ms", "score", "action", "from", "to"):
+            assert key in e
+        assert 0.0 <= e["H"] <= 8.0 and e["d_ms"] >= 0 and 0.0 <= e["score"] <= 1.0
+    assert any(e["H"] > 0 for e in decisions)
+
+
+def test_sits_in_the_replay_document_and_cli(tmp_path, capsys):
+    from sitsprof.cli.main import main
+    from sitsprof.policies.engine.results import read_results
+    from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl
+
+    path = write_mooncake_jsonl(generate_requests(seed=2, duration_s=30.0), tmp_path / "w.jsonl")
+    assert main(["policy", "replay", str(path), "-p", "all", "-c", "400", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {r["policy"]: r for r in doc["replay"]}
+    assert "sits" in rows and rows["sits"]["sits"]["events"]
+    assert rows["lru"].get("sits") is None
+    out = tmp_path / "doc.json"
+    out.write_text(json.dumps(doc))
+    read_results(out)
+    assert main(["policy", "replay", str(path), "-p", "sits", "-c", "400", "--threshold", "--window-s", "2",
+                 "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["replay"][0]
+    assert row["sits"]["threshold"] is not None and row["sits"]["window_s"] == 2.0
+    assert main(["policy", "replay", str(path), "-p", "lru", "--threshold"]) == 2
+    assert "drive -p sits" in capsys.readouterr().err
+    assert main(["policy", "replay", str(path), "-p", "sits", "--window-s", "0"]) == 2
