@@ -390,13 +390,37 @@ def _keep_trace_block_tokens(ctx, param, value):
                    "hot-switches to SITS.")
 @click.option("--threshold-windows", type=click.IntRange(min=1), default=None,
               help="sits: consecutive breaching windows that fire the switch (default 3; implies --threshold).")
+@click.option("--instances", type=int, default=None,
+              help="Serve with N instances behind a router, each with its own pool of -c blocks "
+                   "(docs/serving-routing.md).")
+@click.option("--routing", default=None, help="With --instances: round-robin (default) or prefix (cache-aware).")
+@click.option("--cache-threshold", type=float, default=0.5, show_default=True,
+              help="prefix routing: the least matched share of the prompt that routes to the best match.")
+@click.option("--router-ttl", default="120s", show_default=True,
+              help="prefix routing: how long the router remembers a block it sent to an instance.")
+@click.option("--load-window", default="60s", show_default=True,
+              help="prefix routing: an instance's load is the requests sent to it in this last window.")
+@click.option("--balance-abs", type=int, default=32, show_default=True,
+              help="prefix routing: imbalanced when max - min load exceeds this ...")
+@click.option("--balance-rel", type=float, default=1.0001, show_default=True,
+              help="... and max load exceeds this times the min; then the least loaded instance.")
 def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, rate_scale, max_num_batched_tokens,
                max_num_seqs, calibration, model_name, seed, skip_bad_lines, fmt, as_json, window_s=None,
-               threshold=False, threshold_windows=None) -> None:
+               threshold=False, threshold_windows=None, instances=None, routing=None, cache_threshold=0.5,
+               router_ttl="120s", load_window="60s", balance_abs=32, balance_rel=1.0001) -> None:
     """Serve TRACE's requests through a serving engine: arrivals at their timestamps, continuous batching,
     chunked prefill, the engine's prefix-cache rules, the policy ordering the evictable blocks."""
     from sitsprof.policies.serving.summary import replay_document, replay_table
 
+    if instances is not None or routing is not None:
+        _routed_replay(trace_path, fmt, skip_bad_lines, as_json, instances, routing, cache_threshold, router_ttl,
+                       load_window, balance_abs, balance_rel, engine=engine, policies=policy_text,
+                       capacities=capacity_text, block_tokens=kv_block_tokens, rate_scale=rate_scale,
+                       max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                       calibration=calibration, model=model_name, seed=seed, window_s=window_s,
+                       threshold=threshold or threshold_windows is not None,
+                       sits={"threshold_windows": threshold_windows} if threshold_windows else None)
+        return
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
     doc = replay_document(trace, trace_path, fmt, engine=engine, policies=policy_text, capacities=capacity_text,
                           block_tokens=kv_block_tokens, rate_scale=rate_scale,
@@ -410,6 +434,36 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
     console = stdout_console()
     console.print(replay_table(doc))
     for row in doc["replay"]:
+        for line in row["warnings"]:
+            click.echo(f"sitsprof: warning: {row['policy']} at {row['capacity']:,}: {line}", err=True)
+
+
+def _routed_replay(trace_path, fmt, skip_bad_lines, as_json, instances, routing, cache_threshold, router_ttl,
+                  load_window, balance_abs, balance_rel, **replay) -> None:
+    """`policy replay --instances N [--routing R]`: the router's settings checked before the trace is read."""
+    from sitsprof.common.durations import parse_duration
+    from sitsprof.policies.errors import ServingReplayError
+    from sitsprof.policies.serving.routing import RouterSettings, check_routing, routed_document, routed_table
+
+    if instances is None:
+        raise ServingReplayError(f"--routing {routing} routes between instances; add --instances N (--instances 4)")
+    routing = check_routing(instances, routing or "round-robin")
+    durations = {}
+    for name, text in (("--router-ttl", router_ttl), ("--load-window", load_window)):
+        try:
+            durations[name] = parse_duration(text, positive=True)
+        except ValueError as exc:
+            raise ServingReplayError(f"{name}: {exc}") from None
+    settings = RouterSettings(ttl_s=durations["--router-ttl"], load_window_s=durations["--load-window"],
+                              balance_abs=balance_abs, balance_rel=balance_rel,
+                              cache_threshold=cache_threshold).checked()
+    trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
+    doc = routed_document(trace, trace_path, fmt, instances, routing, settings=settings, **replay)
+    if as_json:
+        emit_json(doc)
+        return
+    stdout_console().print(routed_table(doc))
+    for row in doc["routing"]["aggregate"]:
         for line in row["warnings"]:
             click.echo(f"sitsprof: warning: {row['policy']} at {row['capacity']:,}: {line}", err=True)
 

@@ -216,7 +216,7 @@ def check_results(payload: Any, where: str) -> Any:
         problem = _curves_problem(payload.get("curves"))
         if problem is not None:
             raise PolicyResultsError(f"{where}: {problem} (as `sitsprof policy mrc --json` writes)")
-        problem = _replay_problem(payload.get("replay"))
+        problem = _replay_problem(payload.get("replay")) or _routing_problem(payload.get("routing"))
         if problem is not None:
             raise PolicyResultsError(f"{where}: {problem} (as `sitsprof policy replay --json` writes)")
     return payload
@@ -271,6 +271,24 @@ def _sits_problem(sits) -> str | None:
                                              or not isinstance(w.get("behaviour"), str) for w in timeline):
         return "timeline must be a list of objects with time_s and behaviour"
     return None
+
+
+def _routing_problem(routing) -> str | None:
+    """What is wrong with the optional `routing` (`policy replay --instances N`), or None."""
+    if routing is None:
+        return None
+    if not isinstance(routing, dict):
+        return "routing must be an object"
+    n = routing.get("instances")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        return "routing.instances must be an instance count >= 1"
+    if routing.get("routing") not in ("round-robin", "prefix"):
+        return f"routing.routing must be round-robin or prefix, got {str(routing.get('routing'))[:40]!r}"
+    aggregate = routing.get("aggregate")
+    if not isinstance(aggregate, list):
+        return "routing.aggregate must be a list of aggregate rows"
+    problem = _replay_problem(aggregate)
+    return problem.replace("replay[", "routing.aggregate[", 1) if problem else None
 
 
 def _curves_problem(curves) -> str | None:
