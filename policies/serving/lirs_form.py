@@ -14,10 +14,14 @@ unpinned block (pinned ones passed are parked off Q, still counted in it, and re
 oldest end when unpinned); when Q has none, S's bottom LIR blocks are demoted into Q until an
 unpinned one is there; a hit that finds only pinned blocks in Q leaves Q over its share.
 
-Known cost: under a pool that is mostly pinned, the demotions of pinned LIR blocks repeat
-(re-hit blocks return to the LIR set): 2,000 Mooncake requests at 16-token blocks in a
-50,000-block pool replay in ~31 s against LRU's 0.9 s; the whole trace at a 10% pool (no
-preemptions) in 7.9 s wall against LRU's 3.2 s.
+Cost: each pinned block is passed at most once per pin (parked until an unpin or a hit puts
+it back in Q) and each fallback demotion takes a block out of the LIR set, so a victim is
+amortised O(1) however much of the pool is pinned (tests/test_lirs_pinned.py checks the
+rules against a plain-Python statement of them, and the park count against unpins + hits).
+Under a mostly pinned pool (Mooncake's first 2,000 requests, 16-token blocks, 50,000 blocks:
+841 preemptions, peak pinned = the pool) the replay costs x2.1 of LRU (bench_replay.py part 4:
+2.06 s against 0.97 s CPU); the same case before pinned blocks were parked (65b4a20) had not
+finished after 900 s (bench/README.md).
 """
 from __future__ import annotations
 
