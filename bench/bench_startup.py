@@ -14,8 +14,11 @@
    numba"` (the floor any numba command pays) measured in the same loop.
 
 Times are wall seconds and CPU seconds (user + system of the child): on a busy machine wall
-time waits for the CPU, CPU time does not. Usage: python bench/bench_startup.py [--repeat 7]
-[--policies all] [--skip-install]
+time waits for the CPU, CPU time does not. Warm runs use byte-compiled modules (`warm_env`) and SITSPROF_JIT unset
+(auto: a trace this small runs interpreted, issue 14), beside SITSPROF_JIT=numba (compiled, as
+before). 3. --break-even: CPU of the CLI interpreted and compiled at 1,000-100,000 references,
+and each policy's interpreted cost per reference (policies/engine/jitmode.py's rule).
+Usage: python bench/bench_startup.py [--repeat 7] [--policies all] [--skip-install | --break-even]
 """
 from __future__ import annotations
 
@@ -98,36 +101,49 @@ def first_runs(tmp: Path, policies: str) -> list[tuple[str, float, float, str]]:
     return rows
 
 
-def tiny_trace(path: Path, references: int = 1000) -> Path:
+def tiny_trace(path: Path, references: int = 1000, blocks: int = 300) -> Path:
     rng = random.Random(1)
     lines, n, t = [], 0, 0
     while n < references:
         k = min(rng.randint(1, 8), references - n)
-        ids = [rng.randint(0, 300) for _ in range(k)]
+        ids = [rng.randint(0, blocks) for _ in range(k)]
         lines.append(json.dumps({"timestamp": t, "input_length": k * 512, "output_length": 10, "hash_ids": ids}))
         t, n = t + 100, n + k
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
+def warm_env(tmp: Path, jit: str | None = None) -> dict:
+    """The environment of a warm run: byte-compiled modules (an installed package has its .pyc
+    files; PYTHONDONTWRITEBYTECODE, set in some shells, would recompile ~70 modules a run, ~0.1 s
+    CPU, so the .pyc files go to a folder of this run's) and SITSPROF_JIT as given (unset: auto)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "SITSPROF_JIT")}
+    env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    if jit is not None:
+        env["SITSPROF_JIT"] = jit
+    return env
+
+
 def warm(tmp: Path, repeat: int) -> list[tuple[str, float, float, str]]:
     trace = tiny_trace(tmp / "tiny.jsonl")
     sitsprof = str(Path(sys.executable).with_name("sitsprof"))
+    simulate = [sitsprof, "policy", "simulate", str(trace), "-p", "lru", "-c", "10"]
+    auto, numba = warm_env(tmp), warm_env(tmp, "numba")
     cases = {
-        "python -c pass": [sys.executable, "-c", "pass"],
-        "python -c 'import numba'": [sys.executable, "-c", "import numba"],
-        "sitsprof --help": [sitsprof, "--help"],
-        "sitsprof policy simulate 1,000 refs -p lru -c 10": [sitsprof, "policy", "simulate", str(trace), "-p", "lru",
-                                                            "-c", "10"],
-        "  the same, --json (no headroom line, no tables)": [sitsprof, "policy", "simulate", str(trace), "-p",
-                                                              "lru", "-c", "10", "--json"],
+        "python -c pass": ([sys.executable, "-c", "pass"], auto),
+        "python -c 'import numba'": ([sys.executable, "-c", "import numba"], auto),
+        "sitsprof --help": ([sitsprof, "--help"], auto),
+        "sitsprof policy simulate 1,000 refs -p lru -c 10": (simulate, auto),
+        "  the same, --json (no headroom line, no tables)": ([*simulate, "--json"], auto),
+        "  the same, SITSPROF_JIT=numba (compiled, as before)": (simulate, numba),
+        "  the same, --json, SITSPROF_JIT=numba": ([*simulate, "--json"], numba),
     }
-    for cmd in cases.values():  # fill the cache, the page cache
-        run(cmd)
+    for cmd, env in cases.values():  # fill the caches (numba's, the .pyc files, the page cache)
+        run(cmd, env)
     times = {name: [] for name in cases}
     for _ in range(repeat):  # interleaved: a busy spell hits every case alike
-        for name, cmd in cases.items():
-            times[name].append(run(cmd)[:2])
+        for name, (cmd, env) in cases.items():
+            times[name].append(run(cmd, env)[:2])
     floor = statistics.median(w for w, _ in times["python -c 'import numba'"])
     rows = []
     for name, got in times.items():
@@ -137,17 +153,71 @@ def warm(tmp: Path, repeat: int) -> list[tuple[str, float, float, str]]:
     return rows
 
 
+_PER_POLICY = """
+import json, sys, time
+from sitsprof.policies import registry
+from sitsprof.policies.sweep import run_policies, simulate
+from sitsprof.policies.traces.detect import read_trace
+trace = read_trace(sys.argv[1])
+run_policies(trace, ["lru"], [10])  # imports, calibration
+out = {}
+for name in registry.policy_names():
+    for c in (10, 1000):
+        t = time.process_time(); run_policies(trace, [name], [c]); t = time.process_time() - t
+        out[name] = max(out.get(name, 0.0), t / len(trace.block) * 1e6)
+t = time.process_time(); simulate(trace, "belady", 10); out["(belady headroom line)"] = (
+    time.process_time() - t) / len(trace.block) * 1e6
+print(json.dumps(out))
+"""
+
+
+def break_even(tmp: Path, repeat: int) -> list[tuple[str, float, float, str]]:
+    """Where interpreted and compiled kernels cost the same CPU on the `policy simulate` path:
+    the CLI at growing trace sizes under SITSPROF_JIT=python and =numba, and each policy's
+    interpreted cost per reference (what policies/engine/jitmode.py's rule adds up)."""
+    from sitsprof.policies.engine import jitmode
+    from sitsprof.policies.registry import policy_names
+
+    sitsprof = str(Path(sys.executable).with_name("sitsprof"))
+    rows = []
+    per_ref_trace = tiny_trace(tmp / "per-ref.jsonl", 5000)
+    done = run([sys.executable, "-c", _PER_POLICY, str(per_ref_trace)], warm_env(tmp, "python"))[2]
+    for name, us in json.loads(done.stdout).items():
+        rule = jitmode.US_PER_REFERENCE.get(name, jitmode.HEADROOM_US)
+        rows.append((f"interpreted {name} (5,000 refs)", 0.0, 0.0, f"{us:.1f} us CPU a reference; the rule: {rule}"))
+    shapes = {"-p lru -c 10 (table)": (["-p", "lru", "-c", "10"], ["lru"], True),
+              "-p all -c 10 --json": (["-p", "all", "-c", "10", "--json"], policy_names(), False)}
+    for n in (1000, 3000, 10000, 30000, 100000):
+        trace = tiny_trace(tmp / f"be-{n}.jsonl", n, blocks=max(300, n // 3))
+        for label, (args, policies, headroom) in shapes.items():
+            cmd = [sitsprof, "policy", "simulate", str(trace), *args]
+            got = {}
+            for mode in ("python", "numba"):
+                run(cmd, warm_env(tmp, mode))
+                got[mode] = statistics.median(run(cmd, warm_env(tmp, mode))[1] for _ in range(repeat))
+            estimate = jitmode.estimate_s(n, policies, [10], headroom=headroom)
+            auto = "python" if estimate <= jitmode.BUDGET_S else "numba"
+            rows.append((f"{n:,} refs {label}: python | numba CPU s", got["python"], got["numba"],
+                         f"{got['python'] / got['numba']:.2f}x; rule: {estimate:.3f} s -> {auto}"))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--policies", default="all")
     parser.add_argument("--skip-install", action="store_true", help="Only the warm start-up.")
+    parser.add_argument("--break-even", action="store_true",
+                        help="Only where interpreted and compiled kernels cost the same (SITSPROF_JIT).")
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory(prefix="sitsprof-bench-startup-") as folder:
         tmp = Path(folder)
-        rows = warm(tmp, args.repeat)
-        if not args.skip_install:
+        if args.break_even:
+            rows = break_even(tmp, max(1, min(args.repeat, 3)))
+        else:
+            rows = warm(tmp, args.repeat)
+        if not args.skip_install and not args.break_even:
             rows += first_runs(tmp, args.policies)
     print(f"{'case':58} {'wall s':>8} {'CPU s':>8}  note")
     for name, wall, cpu, note in rows:

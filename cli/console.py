@@ -72,7 +72,6 @@ def progress_bar(policies: list[str], capacities: list[int], show: bool, console
     POLICY (i of n policies)", or, with no bar, one stderr line per policy compiled; a last
     line says how many kernels were compiled, in how long."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from sitsprof.policies.engine.compiling import FIRST_RUN_NOTE, watch_compiles
 
@@ -110,6 +109,8 @@ def progress_bar(policies: list[str], capacities: list[int], show: bool, console
         if stats["count"]:
             say(_compiled_line(stats))
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # a bar only
+
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task(f"{prefix}{policies[0]} @ {capacities[0]:,}", total=total)

@@ -27,7 +27,7 @@ def trace_file(tmp_path_factory):
 
 
 def _simulate(trace_file, cache: Path, *extra):
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), SITSPROF_JIT="numba")  # compiled, even on a small trace
     return subprocess.run([str(SITSPROF), "policy", "simulate", str(trace_file), "-p", "fifo,sieve", "-c", "100",
                            *extra], capture_output=True, text=True, env=env, timeout=600)
 

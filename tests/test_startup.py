@@ -121,6 +121,7 @@ def test_compile_fills_the_cache_a_later_run_loads(tiny_trace, tmp_path):
     `policy simulate` of those policies afterwards compiles nothing (no first-run note)."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env["SITSPROF_NUMBA_CACHE_DIR"] = str(tmp_path / "cache")
+    env["SITSPROF_JIT"] = "numba"  # the later run compiled (auto would interpret a trace this small)
     done = subprocess.run([str(SITSPROF), "compile", "-p", "fifo,sieve", "-j", "2", "--json"], capture_output=True,
                           text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr

@@ -27,7 +27,7 @@ from sitsprof.common import jit
 
 #: Interpreted cost per reference of one costed run (the kernel, its cost model pricing, the
 #: result's metrics), microseconds, the larger of capacity 10 and 1,000 on a 5,000-reference
-#: generated Mooncake trace (bench/README.md, ``bench_startup.py --break-even``), rounded up.
+#: trace (``bench_startup.py --break-even``), the larger of two loaded runs, rounded up.
 US_PER_REFERENCE = {
     "lru": 8, "fifo": 4, "lfu": 11, "sieve": 6, "lirs": 8, "arc": 17, "s3fifo": 8, "2q": 17,
     "prefix_lru": 9, "sits": 50, "semantic-shard": 20, "belady": 14,
@@ -36,9 +36,11 @@ US_PER_REFERENCE = {
 DEFAULT_US = max(US_PER_REFERENCE.values())
 #: The Belady headroom line under a table, per capacity, and reading the trace (factorizing).
 HEADROOM_US, READ_US = 14, 4
-#: Interpret when the estimate is at most this: about a third of the compiled start-up
-#: measured, so that a mis-estimate by 2x still leaves interpreting the cheaper.
-BUDGET_S = 0.25
+#: Interpret when the estimate is at most this. Measured (bench/README.md, `bench_startup.py
+#: --break-even`, CLI CPU seconds): the two cost the same where the estimate is ~0.65 s (LRU
+#: alone at ~30,000 references; all 12 policies at one capacity between 3,000 and 10,000);
+#: below that interpreting wins by up to ~0.7 s CPU, above it compiling wins by more and more.
+BUDGET_S = 0.5
 #: Trace files read interpreted: at most this many bytes (a Mooncake JSONL line holds ~22
 #: bytes per reference, an oracleGeneral record 24, so ~12,000 references).
 SMALL_FILE_BYTES = 256 * 1024
