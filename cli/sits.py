@@ -68,9 +68,14 @@ def serve_metrics(trace_path, policy_text, capacity_text, calibration, model_nam
 @click.option("--seed", default=0, show_default=True, help="Seed of the three-stack workload.")
 @click.option("--calibration", default=None, help="Calibration JSON (default: hopper-published, not measured).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
-def claims_cmd(mooncake_path, seed, calibration, as_json):
+@click.option("--under-load", is_flag=True,
+              help="Also re-run them through the serving replay (vLLM rules) on the Mooncake trace (--mooncake, "
+                   "else bundled:mooncake) at arrivals x1, x2, x4 and pools of 3% and 10% of its 16-token "
+                   "blocks (20 replays, several minutes).")
+def claims_cmd(mooncake_path, seed, calibration, as_json, under_load):
     """Re-run the brief's comparisons (LRU vs prefix vs semantic shard; LIRS vs LRU vs LFU) on the
-    three-stack workload (capacities 1%/10%/50% of its blocks) and, if given, a Mooncake trace."""
+    three-stack workload (capacities 1%/10%/50% of its blocks) and, if given, a Mooncake trace;
+    with --under-load, also through the serving replay under compressed arrivals."""
     from sitsprof.common import jsonout
     from sitsprof.policies.claims import run_claims
     from sitsprof.policies.sweep import run_policies
@@ -80,11 +85,22 @@ def claims_cmd(mooncake_path, seed, calibration, as_json):
 
     mooncake = load_trace(mooncake_path, None, False)[0] if mooncake_path else None
     document = run_claims(seed=seed, mooncake=mooncake, calibration=calibration, sweep=sweep)
+    if under_load:
+        from sitsprof.policies.claims import run_claims_under_load
+
+        if mooncake is None:
+            mooncake = load_trace("bundled:mooncake", None, False)[0]
+
+        def progress(done, total, label):
+            if not as_json:
+                click.echo(f"  under load: replay {done + 1}/{total}: {label}", err=True)
+
+        document += run_claims_under_load(mooncake, calibration=calibration, progress=progress)
     if as_json:
         click.echo(jsonout.dumps(document, indent=2))
         return
     for claim in document:
-        stdout_console().print(_claims_table(claim))
+        stdout_console().print(_under_load_table(claim) if "under_load" in claim else _claims_table(claim))
 
 
 def _claims_table(claim: dict):
@@ -135,6 +151,47 @@ def _claims_table(claim: dict):
     lines = [Text(f"  at {v['capacity']:,} blocks: {v['summary']}") for v in claim.get("verdicts", [])]
     lines.append(Text(f"  calibration {calibration_label(cost)}; the verdict checks the claim's comparison, "
                       "not its figures (quoted for other workloads)"))
+    return Group(table, *lines)
+
+
+def _under_load_table(claim: dict):
+    """One claim through the serving replay: rows by arrival rate and pool, each (rate, pool)'s
+    verdict in its first row, the measured comparisons under the table."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    def num(v, fmt):
+        return "-" if v is None else fmt.format(v)
+
+    u = claim["under_load"]
+    table = Table(title=f"{claim['workload']} ({claim['blocks']:,} {u['block_tokens']}-token blocks): "
+                        f"{claim['claim']}", title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True,
+                  pad_edge=False)
+    for col in ("rate", "pool", "policy", "block hit", "prefix hit", "TTFT P95 s", "TTFT P99 s", "out tok/s",
+                "req/s", "preempt", "verdict"):
+        table.add_column(col, justify="left" if col in ("policy", "verdict") else "right")
+    verdicts = {(v["rate_scale"], v["capacity"]): v for v in claim["verdicts"]}
+    styles = {"holds": "green", "does not hold": "bold red"}
+    seen = set()
+    for r in claim["rows"]:
+        key = (r["rate_scale"], r["capacity"])
+        first = key not in seen
+        if first and seen:
+            table.add_section()
+        seen.add(key)
+        v = verdicts.get(key)
+        verdict = f"[{styles.get(v['verdict'], 'yellow')}]{v['verdict']}[/]" if first and v else ""
+        table.add_row(f"x{r['rate_scale']:g}" if first else "", f"{r['capacity']:,}" if first else "", r["policy"],
+                      num(r["block_hit_ratio"], "{:.4f}"), num(r["prefix_hit_ratio"], "{:.4f}"),
+                      num(None if r["ttft_p95_ms"] is None else r["ttft_p95_ms"] / 1e3, "{:,.1f}"),
+                      num(None if r["ttft_p99_ms"] is None else r["ttft_p99_ms"] / 1e3, "{:,.1f}"),
+                      num(r["output_tokens_per_s"], "{:,.1f}"), num(r["requests_per_s"], "{:.3f}"),
+                      num(r["preemptions"], "{:,}"), verdict)
+    lines = [Text(f"  x{v['rate_scale']:g}, {v['capacity']:,} blocks: {v['summary']}") for v in claim["verdicts"]]
+    lines += [Text(f"  {r['policy']}: {r['note']}") for r in {r["policy"]: r for r in claim["rows"] if r.get("note")}
+              .values()]
     return Group(table, *lines)
 
 

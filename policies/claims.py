@@ -121,3 +121,98 @@ def run_claims(seed: int = 0, mooncake=None, calibration=None, sweep=run_policie
             document.append({"workload": name, "blocks": int(tr.n_blocks), "claim": claim.text,
                              "rows": rows, "verdicts": verdicts(claim, rows)})
     return document
+
+
+# ------------------------------------------------------------------ under load (serving replay)
+# The claims re-run through the serving replay (policies/serving, `policy replay`): requests in
+# flight, vLLM's rules, a step time model, the trace's arrivals compressed x1, x2, x4. What the
+# replay can and cannot compare (docs/RESEARCH.md, "Under load"):
+# - "prefix cache" is the engine's own count: vLLM reuses only the longest cached prefix of a
+#   request's full blocks (LRU free queue, blocks of running requests pinned); "LRU" is the
+#   block-level count of an LRU cache of the same pool, any resident block a hit (the replay's
+#   all-evictable mode: policy simulate's count, with no pinning, so it does not depend on load).
+# - semantic shard is not run: it has no incremental form, and a semantic shard is a routing
+#   decision across instances by embedding, which the replay does not model.
+UNDER_LOAD_RATES = (1.0, 2.0, 4.0)
+UNDER_LOAD_POOLS = (0.03, 0.10)  # of the trace's 16-token KV blocks
+UNDER_LOAD_BLOCK_TOKENS = 16
+PREFIX, BLOCK_LRU = "vllm-prefix", "lru-blocks"
+NOT_RUN = {"semantic-shard": "not run: no incremental form, and a semantic shard is a routing decision "
+                             "across instances, which the replay does not model"}
+UNDER_LOAD_CLAIMS = (
+    Claim(f"{BLOCK_LRU},{PREFIX},semantic-shard", CLAIMS[0].text,
+          (Check("block_hit_ratio", "semantic-shard", PREFIX), Check("block_hit_ratio", PREFIX, BLOCK_LRU))),
+    Claim("lirs,lru,lfu", CLAIMS[1].text,
+          (Check("block_hit_ratio", "lirs", "lru"), Check("ttft_p95_ms", "lirs", "lru", higher=False),
+           Check("output_tokens_per_s", "lirs", "lru"))),
+)
+METRICS["output_tokens_per_s"] = ("output tok/s", "{:,.1f}")
+_LOAD_FIELDS = ("ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "queue_wait_p99_ms", "tokens_per_s",
+                "output_tokens_per_s", "requests_per_s", "block_hit_ratio", "prefix_hit_ratio", "preemptions",
+                "rejected", "completed")
+
+
+def _load_row(policy, summary, **extra):
+    row = {"policy": policy, "capacity": int(summary["capacity"]), "rate_scale": float(summary["rate_scale"])}
+    row.update({k: summary.get(k) for k in _LOAD_FIELDS})
+    row.update(extra)
+    return row
+
+
+def run_claims_under_load(trace, name="mooncake", rates=UNDER_LOAD_RATES, pools=UNDER_LOAD_POOLS, calibration=None,
+                          block_tokens=UNDER_LOAD_BLOCK_TOKENS, engine="vllm", replay=None,
+                          progress=None) -> list[dict]:
+    """Both claims through the serving replay of `trace` at each arrival-rate scale and pool
+    (a fraction of its KV blocks): [{workload, blocks, claim, rows, verdicts}] like
+    `run_claims`, each row and verdict with its `rate_scale`. `replay(policy, capacity,
+    rate_scale, all_evictable)` -> ReplayResult (default: scheduler.run_replay on `trace`);
+    `progress(done, total, label)` is called before each replay."""
+    from .serving.reblock import reblock
+    from .serving.scheduler import run_replay
+
+    rb = reblock(trace, block_tokens)
+    if replay is None:
+        def replay(policy, capacity, rate_scale, all_evictable=False):
+            return run_replay(trace, policy, capacity, engine=engine, block_tokens=block_tokens,
+                              rate_scale=rate_scale, calibration=calibration, reblocked=rb,
+                              all_evictable=all_evictable)
+    caps = [max(int(rb.n_ids * f), 1) for f in pools]
+    jobs = [(p, c, s) for c in caps for s in rates for p in ("lru", "lirs", "lfu")]
+    total = len(jobs) + len(caps)
+    served = {}
+    for i, (p, c, s) in enumerate(jobs):
+        if progress is not None:
+            progress(i, total, f"{p} at {c:,} blocks, arrivals x{s:g}")
+        served[(p, c, s)] = replay(p, c, s).summary()
+    blocks = {}
+    for i, c in enumerate(caps):  # the block-level count: no pinning, so the same at every rate
+        if progress is not None:
+            progress(len(jobs) + i, total, f"lru block count at {c:,} blocks")
+        r = replay("lru", c, rates[0], True)
+        blocks[c] = float(r.ref_hit.mean()) if r.ref_hit is not None and len(r.ref_hit) else None
+    document = []
+    for claim in UNDER_LOAD_CLAIMS:
+        rows = []
+        for s in rates:
+            for c in caps:
+                for p in claim.policies.split(","):
+                    if p == PREFIX:
+                        rows.append(_load_row(PREFIX, served[("lru", c, s)]))
+                    elif p == BLOCK_LRU:
+                        rows.append({"policy": BLOCK_LRU, "capacity": c, "rate_scale": float(s),
+                                     **dict.fromkeys(_LOAD_FIELDS), "block_hit_ratio": blocks[c],
+                                     "note": "any resident block a hit (all-evictable mode, no pinning, load-free)"})
+                    elif p in NOT_RUN:
+                        rows.append({"policy": p, "capacity": c, "rate_scale": float(s), **dict.fromkeys(_LOAD_FIELDS),
+                                     "note": NOT_RUN[p]})
+                    else:
+                        rows.append(_load_row(p, served[(p, c, s)]))
+        out = []
+        for s in rates:
+            for v in verdicts(claim, [r for r in rows if r["rate_scale"] == s]):
+                out.append({"rate_scale": float(s), **v})
+        document.append({"workload": f"{name} (serving replay, {engine} rules)",
+                         "blocks": int(rb.n_ids), "claim": claim.text, "rows": rows, "verdicts": out,
+                         "under_load": {"engine": engine, "block_tokens": int(block_tokens), "rates": list(rates),
+                                        "pools": list(pools), "capacities": caps}})
+    return document
