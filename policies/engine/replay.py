@@ -169,11 +169,13 @@ def run_kernel(prep: Prepared, module: ModuleType, capacity: int, params: dict) 
 
 @njit(cache=True)
 def _request_stats(hit, offsets, tokens):
-    """Per-request hits, hits inside each request's leading run of hits, and hit tokens
-    (summed from `tokens`; 0 when `tokens` is empty, i.e. every reference weighs the same)."""
+    """Per-request hits, all hits, hits inside each request's leading run of hits, and hit
+    tokens (summed from `tokens`; 0 when `tokens` is empty, i.e. every reference weighs the
+    same). Every entry of the per-request array is written, so it starts uninitialised."""
     n_requests = offsets.shape[0] - 1
-    request_hits = np.zeros(n_requests, dtype=np.int32)
+    request_hits = np.empty(n_requests, dtype=np.int32)
     weighted = tokens.shape[0] > 0
+    hits = 0
     prefix_hits = 0
     hit_tokens = 0
     for r in range(n_requests):
@@ -189,7 +191,8 @@ def _request_stats(hit, offsets, tokens):
             else:
                 leading = False
         request_hits[r] = count
-    return request_hits, prefix_hits, hit_tokens
+        hits += count
+    return request_hits, hits, prefix_hits, hit_tokens
 
 
 def summarise(offsets, weights, name, capacity, hit, evictions, max_resident, seconds, extra) -> SimResult:
@@ -198,8 +201,8 @@ def summarise(offsets, weights, name, capacity, hit, evictions, max_resident, se
     policies (sits, semantic-shard) and the cost model, so every path counts alike."""
     weight, tokens, total_tokens = weights
     n = len(hit)
-    request_hits, prefix_hits, hit_tokens = _request_stats(hit, offsets, tokens)
-    hits = int(request_hits.sum(dtype=np.int64))
+    request_hits, hits, prefix_hits, hit_tokens = _request_stats(hit, offsets, tokens)
+    hits = int(hits)
     if weight is not None:
         hit_tokens = hits * weight
     return SimResult(
