@@ -170,10 +170,16 @@ import numpy as np
 from sitsprof.common import jit
 from sitsprof.policies.engine.compiling import watch_compiles
 from sitsprof.jitdemo import k
+lazy = k.total
 with watch_compiles() as stats:
-    got = int(k.total(np.arange(4, dtype=np.int64)))
+    got = int(lazy(np.arange(4, dtype=np.int64)))
+compiled = jit.mode() == "numba"
 print(json.dumps({"got": got, "compiles": stats["count"], "numba": "numba" in sys.modules, "mode": jit.mode(),
-                  "bound": type(k.bump).__name__, "py_func": k.total.py_func.__name__}))
+                  "bound": type(k.bump).__name__, "py_func": lazy.py_func.__name__,
+                  # numba's dispatcher attributes, through the lazy kernel (compiled only: they compile)
+                  "signatures": len(lazy.signatures) if compiled else None,
+                  "overloads": len(lazy.overloads) if compiled else None,
+                  "cached": bool(lazy._cache._cache_path) if compiled else None}))
 '''
 
 
@@ -199,12 +205,13 @@ def test_compiled_kernels_calling_lazy_kernels_cache_and_load(tmp_path):
     assert first["got"] == want and first["numba"] and first["mode"] == "numba"
     assert first["compiles"] >= 1
     assert first["bound"] == "CPUDispatcher"  # the module global is numba's dispatcher now
+    assert first["signatures"] == first["overloads"] == 1 and first["cached"]
     second = _demo(tmp_path, "numba")
     assert second["got"] == want and second["compiles"] == 0
     assert list((tmp_path / "cache" / "sitsprof.jitdemo").glob("k.total-*.nbi"))
     python = _demo(tmp_path, "python")
-    assert python == {**python, "got": want, "compiles": 0, "numba": False, "mode": "python", "bound": "LazyKernel",
-                      "py_func": "total"}
+    assert python == {"got": want, "compiles": 0, "numba": False, "mode": "python", "bound": "LazyKernel",
+                      "py_func": "total", "signatures": None, "overloads": None, "cached": None}
 
 
 def test_decorator_forms_and_modes(monkeypatch):
@@ -243,3 +250,23 @@ def test_auto_rule_from_file_size_and_work(tmp_path, monkeypatch):
     assert jitmode.estimate_s(1000, ["lru"], [10]) <= jitmode.BUDGET_S
     assert jitmode.estimate_s(1000, policy_names(), [10] * 6) > jitmode.BUDGET_S
     assert jitmode.estimate_s(10, ["a-new-policy"], [1]) == pytest.approx(10 * jitmode.DEFAULT_US * 1e-6)
+
+
+def test_lazy_kernel_held_outside_sitsprof_types_as_its_dispatcher(tmp_path):
+    """A module outside sitsprof keeps its lazy kernels (only sitsprof's globals are rebound):
+    numba types one, as a global or as an argument, as its dispatcher (the typeof in common/jit.py)."""
+    (tmp_path / "outside.py").write_text(_KERNELS + '''
+
+@njit
+def apply(f, x):
+    return f(x)
+''')
+    code = ("import sys\nsys.path.insert(0, sys.argv[1])\nimport numpy as np\nimport outside\n"
+            "print(outside.total(np.arange(4, dtype=np.int64)), outside.apply(outside.square, 5),"
+            " type(outside.square).__name__)")
+    env = dict(os.environ, SITSPROF_JIT="numba", SITSPROF_NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("NUMBA_CACHE_DIR", None)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(sum((i + 1) ** 2 for i in range(4))), "25", "LazyKernel"]
