@@ -11,7 +11,9 @@ CDF of the continuous power law, ranks hashed to sparse 64-bit ids), every objec
 written straight to an oracleGeneral file in 4M-record chunks (so writing needs no memory
 for the whole trace). `next_access_vtime` is -1 ("never") in every record: computing it needs
 the whole trace in memory (`write_oracle_general` does exactly that), and neither LRU, ARC nor
-S3-FIFO reads it, on either side. The generator counts the distinct ids (the streaming
+S3-FIFO reads it, on either side. `--policies belady` is ours alone: our streaming replay computes
+the next uses in two extra passes (docs/scale.md), while libCacheSim's Belady takes the -1s at
+their word, so its side is not run for it. The generator counts the distinct ids (the streaming
 factoriser) and the cache holds `--capacity-share` of them (default 10%).
 
 Each (side, policy) runs in its own child process, timed from the parent (wall seconds of the
@@ -80,7 +82,19 @@ from sitsprof.policies.engine.stream import stream_simulate
 res, summary = stream_simulate(sys.argv[1], [get_policy(sys.argv[2])], [int(sys.argv[3])])
 r = res[0]
 print(json.dumps({"hit_ratio": r.block_hit_ratio, "kernel_s": r.seconds, "read_s": summary["read_seconds"],
+                  "cpu_s": time.process_time(),
                   "distinct": summary["distinct_blocks"], "inner_s": time.perf_counter() - t0,
+                  "vmhwm_kb": int([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")][0])}))
+"""
+
+WHOLE = """
+import json, sys, time
+t0 = time.perf_counter()
+from sitsprof.policies.sweep import simulate
+from sitsprof.policies.traces.oracle import read_oracle
+r = simulate(read_oracle(sys.argv[1]), sys.argv[2], int(sys.argv[3]))
+print(json.dumps({"hit_ratio": r.block_hit_ratio, "kernel_s": r.seconds, "cpu_s": time.process_time(),
+                  "inner_s": time.perf_counter() - t0,
                   "vmhwm_kb": int([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")][0])}))
 """
 
@@ -124,6 +138,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=14)
     ap.add_argument("--keep", action="store_true", help="keep the trace file (reused when the name matches)")
     ap.add_argument("--json", dest="json_path", default=None, help="also write the rows to this file")
+    ap.add_argument("--in-memory", action="store_true",
+                    help="also replay each policy in memory (read_oracle + simulate) in a child: its time and peak")
     args = ap.parse_args()
 
     folder = Path(args.dir)
@@ -155,6 +171,20 @@ def main() -> None:
           f"{'B/ref':>6} {'B/id':>6} {'hit ours':>9} {'hit lcs':>9}")
     for name in args.policies.split(","):
         ours = child(OURS, path, name, capacity)
+        if args.in_memory:
+            whole = child(WHOLE, path, name, capacity)
+            same = "same hit ratio" if whole["hit_ratio"] == ours["hit_ratio"] else "HIT RATIO DIFFERS"
+            print(f"         in memory: {whole['wall_s']:.1f} s, CPU {whole['cpu_s']:.1f} s, peak "
+                  f"{whole['peak_mb']:.0f} MB ({same})", flush=True)
+            ours["in_memory"] = whole
+        if name == "belady":  # libCacheSim's Belady would read the -1s as "never again"
+            print(f"{name:8} {ours['wall_s']:8.1f} {'-':>8} {'-':>8} {ours['peak_mb']:8.0f} {'-':>8} "
+                  f"{ours['peak_mb'] * 2**20 / args.refs:6.1f} {ours['peak_mb'] * 2**20 / distinct:6.1f} "
+                  f"{ours['hit_ratio']:9.6f} {'-':>9}", flush=True)
+            print(f"         ours: read+factorise {ours['read_s']:.1f} s, kernel {ours['kernel_s']:.1f} s, "
+                  f"CPU {ours['cpu_s']:.1f} s", flush=True)
+            rows.append({"policy": name, "refs": args.refs, "distinct": distinct, "capacity": capacity, "ours": ours})
+            continue
         theirs = child(THEIRS, path, name, capacity, hashpower, ROOT / "tests")
         row = {"policy": name, "refs": args.refs, "distinct": distinct, "capacity": capacity,
                "ours": ours, "libcachesim": theirs, "speedup": theirs["wall_s"] / ours["wall_s"]}
@@ -164,8 +194,8 @@ def main() -> None:
               f"{ours['peak_mb']:8.0f} {theirs['peak_mb']:8.0f} {ours['peak_mb'] * 2**20 / args.refs:6.1f} "
               f"{ours['peak_mb'] * 2**20 / distinct:6.1f} {ours['hit_ratio']:9.6f} {theirs['hit_ratio']:9.6f}"
               f"{'' if agree else '  DIFFER'}", flush=True)
-        print(f"         ours: read+factorise {ours['read_s']:.1f} s, kernel {ours['kernel_s']:.1f} s",
-              flush=True)
+        print(f"         ours: read+factorise {ours['read_s']:.1f} s, kernel {ours['kernel_s']:.1f} s, "
+              f"CPU {ours['cpu_s']:.1f} s", flush=True)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(rows, indent=1))
     if not args.keep:

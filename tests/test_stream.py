@@ -14,7 +14,7 @@ import pytest
 from sitsprof.policies.classic import arc, belady, fifo, lfu, lirs, lru, prefix_lru, s3fifo, sieve, twoq
 from sitsprof.policies.engine import stream
 from sitsprof.policies.engine.stream import StreamError, file_pointer_base, stream_hits, stream_simulate, streamable
-from sitsprof.policies.errors import TraceFormatError
+from sitsprof.policies.errors import PolicyEngineError, TraceFormatError
 from sitsprof.policies.traces.factorize import Factorizer, factorize_int64
 from sitsprof.policies.traces.oracle import ORACLE_DTYPE, write_oracle_general
 
@@ -129,12 +129,63 @@ def test_stream_simulate_matches_libcachesim(tmp_path):
 
 
 def test_unstreamable_policy_refused():
-    from sitsprof.policies.adaptive import sits
+    from sitsprof.policies.adaptive import semantic_shard, sits
 
-    with pytest.raises(StreamError, match="sits.*without --stream"):
-        stream_hits(sits, [np.arange(5)], 3)
+    with pytest.raises(StreamError, match="semantic-shard.*without --stream"):
+        stream_hits(semantic_shard, [np.arange(5)], 3)
     with pytest.raises(StreamError, match="belady.*next use"):  # only a file gives the next uses
         stream_hits(belady, [np.arange(5)], 3)
+    with pytest.raises(PolicyEngineError, match="sits streams only from an oracleGeneral file"):
+        stream_hits(sits, [np.arange(5)], 3)  # it needs the trace's length and time span first
+
+
+# ------------------------------------------------------------------ sits: windows of trace time
+def _phased(seed: int) -> np.ndarray:
+    """Zipf phases over two id ranges between one-pass scans: SITS switches behaviour."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for j in range(6):
+        parts.append(rng.zipf(1.2, 1500) % 1000 + 10**7 * (j % 2))
+        parts.append(np.arange(1000) + 10**6 * (j + 1))
+    return np.concatenate(parts).astype(np.int64)
+
+
+SITS_PARAMS = [{}, {"window_s": 10.0, "score_threshold": 0.0, "margin": 0.0, "migrate_margin": 0.0, "memory": 0.5},
+               {"window_s": 5.0, "window_refs": 300, "initial": "recency", "adapt": False}]
+
+
+@pytest.mark.parametrize("chunk", CHUNKS, ids=lambda c: f"chunk{c or 'whole'}")
+def test_sits_streamed_equals_whole_trace_run(tmp_path, chunk):
+    """Hit for hit and decision for decision sits.run (time windows, shadows, cost-model P99)."""
+    from sitsprof.policies.adaptive import sits
+    from sitsprof.policies.traces.oracle import read_oracle
+
+    ids = _phased(41)
+    sizes = np.arange(len(ids)) % 7 + 1
+    path = write_oracle_general(tmp_path / "t.oracleGeneral", ids, timestamps=np.arange(len(ids)) // 50,
+                                sizes=sizes)
+    trace = read_oracle(path)
+    switched = 0
+    for params in SITS_PARAMS:
+        for capacity in (100, 4100):  # 4100: shadows sample 1/4 of the blocks
+            want = sits.run(trace, capacity, **params)
+            (got,), _ = stream_simulate(path, [sits], [capacity], chunk_refs=chunk or len(ids), keep_hits=True,
+                                        params={"sits": params})
+            assert np.array_equal(got.request_hits, want.request_hits), (params, capacity)
+            assert (got.hits, got.evictions, got.max_resident) == (want.hits, want.evictions, want.max_resident)
+            assert got.extra["events"] == want.extra["events"], (params, capacity)
+            for key in ("windows", "switches", "sample_shift", "behaviour_share"):
+                assert got.extra[key] == want.extra[key], key
+            switched += want.extra["switches"]
+    assert switched >= 5  # the comparison covers switches, not only one behaviour
+
+
+def test_sits_stream_refuses_the_threshold_engine(tmp_path):
+    from sitsprof.policies.adaptive import sits
+
+    path = write_oracle_general(tmp_path / "t.oracleGeneral", np.arange(50, dtype=np.int64))
+    with pytest.raises(PolicyEngineError, match="threshold"):
+        stream_simulate(path, [sits], [10], params={"sits": {"threshold": True}})
 
 
 # ------------------------------------------------------------------ belady: next uses streamed
@@ -243,7 +294,7 @@ def test_cli_stream_equals_in_memory(cli, tmp_path):
 
     ids = _trace(21, n=8000, objects=1500)
     path = write_oracle_general(tmp_path / "t.oracleGeneral", ids)
-    args = ("policy", "simulate", str(path), "-p", "lru,s3fifo,2q,belady", "-c", "40,10%", "--json")
+    args = ("policy", "simulate", str(path), "-p", "lru,s3fifo,2q,belady,sits", "-c", "40,10%", "--json")
     code, out, err = cli(*args, "--stream")
     assert code == 0, err
     streamed = json.loads(out)
@@ -261,12 +312,12 @@ def test_cli_stream_refusals(cli, tmp_path):
     import json
 
     path = write_oracle_general(tmp_path / "t.oracleGeneral", np.arange(50, dtype=np.int64))
-    code, _, err = cli("policy", "simulate", str(path), "-p", "sits", "-c", "10", "--stream")
+    code, _, err = cli("policy", "simulate", str(path), "-p", "semantic-shard", "-c", "10", "--stream")
     assert code == 2 and "cannot be streamed" in err and len(err.strip().splitlines()) == 1
     jsonl = tmp_path / "t.jsonl"
     jsonl.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, 2]}\n')
     code, _, err = cli("policy", "simulate", str(jsonl), "-p", "lru", "-c", "10", "--stream")
     assert code == 2 and "--stream reads oracleGeneral traces" in err
     code, out, err = cli("policy", "simulate", str(path), "-p", "all", "-c", "10", "--stream", "--json")
-    assert code == 0 and "leaves out sits, semantic-shard" in err
-    assert "belady" in {r["policy"] for r in json.loads(out)["results"]}
+    assert code == 0 and "leaves out semantic-shard" in err
+    assert {"belady", "sits"} <= {r["policy"] for r in json.loads(out)["results"]}

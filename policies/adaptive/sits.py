@@ -67,6 +67,8 @@ DESCRIPTION = ("SITS adaptive: per-window entropy/P99 score switches recency vs 
                "shadow-evaluated")
 
 BEHAVIOURS = ("recency", "scan")
+#: Its resumable form for the streaming replay (engine/stream.py finds it by this name).
+STREAM_FORM = "sitsprof.policies.adaptive.sits_stream"
 
 
 @dataclass

@@ -36,6 +36,7 @@ the prefix hit ratio is the block hit ratio; the token hit ratio weighs hits by 
 """
 from __future__ import annotations
 
+import importlib
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -63,15 +64,29 @@ class StreamError(PolicyEngineError):
     """A policy or option that the streaming replay cannot serve."""
 
 
+def stream_form(module: ModuleType) -> ModuleType:
+    """The module holding `module`'s resumable form: itself, or the one its STREAM_FORM names
+    (an adaptive policy's, imported by name so the engine does not depend on that layer)."""
+    name = getattr(module, "STREAM_FORM", None)
+    return importlib.import_module(name) if name else module
+
+
 def streamable(module: ModuleType) -> bool:
     """Whether `module` has the resumable form the streaming replay needs."""
-    return hasattr(module, "new_stream_state") and (
-        hasattr(module, "stream_window") or hasattr(module, "stream_requests"))
+    form = stream_form(module)
+    return hasattr(form, "new_stream_state") and (
+        hasattr(form, "stream_window") or hasattr(form, "stream_requests"))
 
 
 def needs_future(module: ModuleType) -> bool:
     """Whether `module`'s stream_window reads each reference's next use (belady)."""
-    return bool(getattr(module, "STREAM_FUTURE", False))
+    return bool(getattr(stream_form(module), "STREAM_FUTURE", False))
+
+
+def needs_times(module: ModuleType) -> bool:
+    """Whether `module`'s stream_window reads each reference's time and size, and its state
+    the trace's length and time span (sits: windows of trace time)."""
+    return bool(getattr(stream_form(module), "STREAM_TIMES", False))
 
 
 @dataclass
@@ -79,6 +94,7 @@ class _Run:
     module: ModuleType
     capacity: int
     params: dict
+    form: ModuleType | None = None
     state: tuple = ()
     evictions: int = 0
     hits: int = 0
@@ -99,9 +115,10 @@ def _weighted_hits(hit, tokens):
 def _check(module: ModuleType, params: dict) -> None:
     if not streamable(module):
         raise StreamError(
-            f"policy {module.NAME!r} cannot be streamed (it needs the whole trace: adaptive windows); "
-            "replay it without --stream, or leave it out")
-    allowed = list(kernel_params(module))
+            f"policy {module.NAME!r} cannot be streamed (it needs the whole trace: its shards' windows and "
+            "clusters); replay it without --stream, or leave it out")
+    form = stream_form(module)
+    allowed = list(form.STREAM_PARAMS if hasattr(form, "STREAM_PARAMS") else kernel_params(module))
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise PolicyEngineError(
@@ -121,11 +138,12 @@ class StreamReplay:
     request_hits are the per-reference hit flags: one request a reference, as in oracleGeneral)."""
 
     def __init__(self, runs: Iterable[tuple[ModuleType, int, dict]], keep_hits: bool = False,
-                 first_blocks: int = _FIRST_BLOCKS):
+                 first_blocks: int = _FIRST_BLOCKS, info: dict | None = None):
         self.runs = []
         for module, capacity, params in runs:
             _check(module, dict(params))
-            self.runs.append(_Run(module, int(capacity), dict(params)))
+            self.runs.append(_Run(module, int(capacity), dict(params), stream_form(module)))
+        self.info = info  # references, first_time, last_time: for the runs that read times
         self.keep_hits = keep_hits
         self.first_blocks = max(int(first_blocks), 1)
         self.allocated = 0
@@ -138,12 +156,14 @@ class StreamReplay:
         self.allocated = max(n_blocks, self.first_blocks if first else int(self.allocated * GROWTH))
         for run in self.runs:
             if first:
-                run.state = run.module.new_stream_state(self.allocated, run.capacity, **run.params)
+                extra = {"info": self.info} if needs_times(run.module) else {}
+                run.state = run.form.new_stream_state(self.allocated, run.capacity, **extra, **run.params)
             else:
-                run.state = run.module.grow_state(run.state, self.allocated, run.capacity, **run.params)
+                run.state = run.form.grow_state(run.state, self.allocated, run.capacity, **run.params)
 
     def feed(self, block: np.ndarray, n_blocks: int, tokens: np.ndarray | None = None,
-             offsets: np.ndarray | None = None, future: np.ndarray | None = None) -> None:
+             offsets: np.ndarray | None = None, future: np.ndarray | None = None,
+             times: np.ndarray | None = None) -> None:
         block = np.ascontiguousarray(block, dtype=np.int32)
         n = len(block)
         if n == 0:
@@ -153,22 +173,30 @@ class StreamReplay:
             self._hit = np.zeros(n, dtype=np.uint8)
         hit = self._hit[:n]
         uniform = None
+        sizes = tokens
         if tokens is not None:
             tokens = np.ascontiguousarray(tokens, dtype=np.int64)
             if int(tokens.min()) == int(tokens.max()):
                 uniform, tokens = int(tokens[0]), None
         for run in self.runs:
             start = time.perf_counter()
+            form = run.form
             if needs_future(run.module):
                 if future is None:
                     raise StreamError(f"policy {run.module.NAME!r} reads each reference's next use: stream it "
                                       "from an oracleGeneral file (stream_simulate), which gives them")
-                ev = run.module.stream_window(run.state, block, 0, n, run.capacity, hit, future[:n], **run.params)
-            elif hasattr(run.module, "stream_window"):
-                ev = run.module.stream_window(run.state, block, 0, n, run.capacity, hit, **run.params)
+                ev = form.stream_window(run.state, block, 0, n, run.capacity, hit, future[:n], **run.params)
+            elif needs_times(run.module):
+                if times is None or sizes is None:
+                    raise StreamError(f"policy {run.module.NAME!r} reads each reference's time and size: stream "
+                                      "it from an oracleGeneral file (stream_simulate), which gives them")
+                ev = form.stream_window(run.state, block, 0, n, run.capacity, hit, times=times[:n],
+                                        tokens=np.minimum(sizes[:n], 2**31 - 1), **run.params)
+            elif hasattr(form, "stream_window"):
+                ev = form.stream_window(run.state, block, 0, n, run.capacity, hit, **run.params)
             else:
                 offs = np.arange(n + 1, dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
-                ev = run.module.stream_requests(run.state, block, offs, run.capacity, hit, **run.params)
+                ev = form.stream_requests(run.state, block, offs, run.capacity, hit, **run.params)
             run.seconds += time.perf_counter() - start
             run.evictions += int(ev)
             h = int(np.count_nonzero(hit))
@@ -190,15 +218,17 @@ class StreamReplay:
         out = []
         for k, run in enumerate(self.runs):
             prefix = run.hits if prefix_hits is None else prefix_hits[k]
+            finish = getattr(run.form, "stream_finish", None)
+            more = finish(run.state) if finish is not None and run.state else {}
             out.append(SimResult(
                 policy=run.module.NAME, capacity=run.capacity, references=int(references), hits=run.hits,
                 block_hit_ratio=run.hits / references if references else 0.0,
                 token_hit_ratio=run.hit_tokens / total_tokens if total_tokens else 0.0,
                 prefix_hit_ratio=prefix / references if references else 0.0,
-                evictions=run.evictions, max_resident=run.module.max_resident(run.state),
+                evictions=run.evictions, max_resident=run.form.max_resident(run.state) if run.state else 0,
                 request_hits=self.hits_of(k).astype(np.int32) if self.keep_hits else np.zeros(0, dtype=np.int32),
                 seconds=run.seconds,
-                extra={**run.params, "streamed": True, **(extra or {})},
+                extra={**run.params, "streamed": True, **more, **(extra or {})},
             ))
         return out
 
@@ -215,7 +245,7 @@ def stream_hits(module: ModuleType, chunks: Iterable[np.ndarray], capacity: int,
         codes = fac.codes(np.asarray(chunk, dtype=np.int64))
         replay.feed(codes, fac.n, offsets=next(offs) if offs is not None else None)
     run = replay.runs[0]
-    return replay.hits_of(0), run.evictions, (run.module.max_resident(run.state) if run.state else 0)
+    return replay.hits_of(0), run.evictions, (run.form.max_resident(run.state) if run.state else 0)
 
 
 def _oracle_records(path, chunk_refs: int):
@@ -387,7 +417,8 @@ class _ComputedFuture:
         self.folder.cleanup()
 
 
-def _replay_pass(path, replay: StreamReplay, fac: Factorizer, chunk_refs: int, future=None, progress=None):
+def _replay_pass(path, replay: StreamReplay, fac: Factorizer, chunk_refs: int, future=None, progress=None,
+                 times: bool = False):
     """One forward pass of the file through `replay`; returns (references, total tokens, seconds
     reading and factorising)."""
     references = total_tokens = 0
@@ -404,7 +435,7 @@ def _replay_pass(path, replay: StreamReplay, fac: Factorizer, chunk_refs: int, f
         total_tokens += int(tokens.sum(dtype=np.int64))
         keys = None if future is None else future.keys(lo, codes, records, fac.n)
         read_s += time.perf_counter() - start
-        replay.feed(codes, fac.n, tokens=tokens, future=keys)
+        replay.feed(codes, fac.n, tokens=tokens, future=keys, times=records["timestamp"] if times else None)
         if progress is not None:
             progress(lo + len(ids))
         start = time.perf_counter()
@@ -431,7 +462,8 @@ def stream_simulate(path, policies, capacities, chunk_refs: int = CHUNK_REFS, pa
 
     params = params or {}
     runs = [(m, int(c), dict(params.get(m.NAME, {}))) for m in policies for c in capacities]
-    replay = StreamReplay(runs, keep_hits=keep_hits)
+    times = any(needs_times(m) for m, _, _ in runs)
+    replay = StreamReplay(runs, keep_hits=keep_hits, info=trace_span(path) if times else None)
     fac = Factorizer()
     future = None
     if any(needs_future(m) for m, _, _ in runs):
@@ -445,7 +477,7 @@ def stream_simulate(path, policies, capacities, chunk_refs: int = CHUNK_REFS, pa
         else:
             future = _FileFuture(base, n_total)
     try:
-        references, total_tokens, read_s = _replay_pass(path, replay, fac, chunk_refs, future, progress)
+        references, total_tokens, read_s = _replay_pass(path, replay, fac, chunk_refs, future, progress, times)
     finally:
         if future is not None:
             future.close()
@@ -466,6 +498,28 @@ def stream_simulate(path, policies, capacities, chunk_refs: int = CHUNK_REFS, pa
     summary = {"path": str(path), "format": "oracle", "references": references, "requests": references,
                "distinct_blocks": fac.n, "read_seconds": read_s, "streamed": True}
     return results, summary
+
+
+def trace_span(path) -> dict:
+    """References and first and last timestamps of an oracleGeneral file: its first record and
+    its last (read by seeking, or by one pass over a compressed file)."""
+    from ..traces.opening import compression
+    from ..traces.oracle import ORACLE_DTYPE, iter_oracle_chunks, oracle_records
+
+    n = oracle_records(path)
+    first = last = None
+    if compression(path) is None:
+        with open(path, "rb") as fh:
+            head = np.frombuffer(fh.read(ORACLE_DTYPE.itemsize), dtype=ORACLE_DTYPE)
+            fh.seek((n - 1) * ORACLE_DTYPE.itemsize)
+            tail = np.frombuffer(fh.read(ORACLE_DTYPE.itemsize), dtype=ORACLE_DTYPE)
+        first, last = float(head["timestamp"][0]), float(tail["timestamp"][0])
+    else:
+        for lo, records in iter_oracle_chunks(path, CHUNK_REFS):
+            if lo == 0:
+                first = float(records["timestamp"][0])
+            last = float(records["timestamp"][-1])
+    return {"references": n, "first_time": first, "last_time": last}
 
 
 def count_distinct(path, chunk_refs: int = CHUNK_REFS) -> int:
