@@ -11,9 +11,9 @@ CDF of the continuous power law, ranks hashed to sparse 64-bit ids), every objec
 written straight to an oracleGeneral file in 4M-record chunks (so writing needs no memory
 for the whole trace). `next_access_vtime` is -1 ("never") in every record: computing it needs
 the whole trace in memory (`write_oracle_general` does exactly that), and neither LRU, ARC nor
-S3-FIFO reads it, on either side. `--policies belady` is ours alone: our streaming replay computes
-the next uses in two extra passes (docs/scale.md), while libCacheSim's Belady takes the -1s at
-their word, so its side is not run for it. The generator counts the distinct ids (the streaming
+S3-FIFO reads it, on either side. `--policies belady` and `sits` are ours alone: our streaming replay
+computes belady's next uses in two extra passes (docs/scale.md), while libCacheSim's Belady
+takes the -1s at their word, and libCacheSim has no SITS. The generator counts the distinct ids (the streaming
 factoriser) and the cache holds `--capacity-share` of them (default 10%).
 
 Each (side, policy) runs in its own child process, timed from the parent (wall seconds of the
@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 POLICIES = ("lru", "arc", "s3fifo")
+#: No libCacheSim side: sits is ours alone, and libCacheSim's Belady would read the -1s as "never again".
+OURS_ONLY = ("belady", "sits")
 
 
 def count(text: str) -> int:
@@ -177,7 +179,7 @@ def main() -> None:
             print(f"         in memory: {whole['wall_s']:.1f} s, CPU {whole['cpu_s']:.1f} s, peak "
                   f"{whole['peak_mb']:.0f} MB ({same})", flush=True)
             ours["in_memory"] = whole
-        if name == "belady":  # libCacheSim's Belady would read the -1s as "never again"
+        if name in OURS_ONLY:
             print(f"{name:8} {ours['wall_s']:8.1f} {'-':>8} {'-':>8} {ours['peak_mb']:8.0f} {'-':>8} "
                   f"{ours['peak_mb'] * 2**20 / args.refs:6.1f} {ours['peak_mb'] * 2**20 / distinct:6.1f} "
                   f"{ours['hit_ratio']:9.6f} {'-':>9}", flush=True)

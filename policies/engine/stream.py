@@ -8,7 +8,8 @@ and each run's kernel serves the chunk through its resumable form. Peak memory i
 distinct blocks (the id table, about 12-24 bytes each, and each policy's per-block state)
 plus the capacity-sized queues and one chunk, not the trace's length.
 
-Resumable form (every classic policy; docs/scale.md): a module exposes
+Resumable form (every classic policy, and sits through the module its STREAM_FORM names;
+docs/scale.md): a module exposes
 `new_stream_state(n_blocks, capacity, **params) -> state` (a tuple of arrays),
 `grow_state(state, n_blocks, capacity, **params) -> state` (more block ids: per-block arrays
 grown, queue contents kept), `max_resident(state)`, and either
@@ -23,15 +24,19 @@ they are there and right (and checks every one as the chunks pass: a broken chai
 the belady runs again the other way), else computes them first: one forward pass writes the
 dense codes to a temporary file (4 bytes a reference), one backward pass over that file writes
 each reference's next position (8 bytes a reference), and the replay reads them beside the
-trace. Distinct blocks are
-not known in advance, so the state starts small and grows geometrically (`GROWTH`) between
-chunks as new ids appear; the hit flags are the in-memory replay's, reference for reference
-(tests/test_stream.py, chunk sizes 1, 7, 1000 and whole).
+trace. A module that reads trace time (sits: `STREAM_TIMES = True`) gets `info` (references,
+first and last timestamp: `trace_span`) in new_stream_state and each chunk's `times` and
+`tokens` (obj_size) in stream_window, and may have `stream_finish(state) -> extra` (its last
+window's decision, its event log). Distinct blocks are not known in advance, so the state
+starts small and grows geometrically (`GROWTH`) between chunks as new ids appear; the hit
+flags are the in-memory replay's, reference for reference (tests/test_stream.py, chunk sizes
+1, 7, 1000 and whole).
 
 What streaming gives up: per-request figures that need the whole trace (`request_hits` is
-empty; the cost model's TTFT is not computed), the check that each next_access_vtime points
-at a record of the same object (that record may lie in another chunk), and --skip-bad-lines
-(the first bad record is refused). An oracleGeneral record is one request of one block, so
+empty; the cost model's TTFT is not computed), semantic-shard (not built), the check that
+each next_access_vtime points at a record of the same object for the policies that do not
+read it (that record may lie in another chunk; belady's runs check the whole chain), and
+--skip-bad-lines (the first bad record is refused). An oracleGeneral record is one request of one block, so
 the prefix hit ratio is the block hit ratio; the token hit ratio weighs hits by obj_size.
 """
 from __future__ import annotations
