@@ -191,7 +191,8 @@ def _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, para
     if policy_text.strip().lower() == "all":
         left = [m.NAME for m in modules if not streamable(m)]
         modules = [m for m in modules if streamable(m)]
-        click.echo(f"sitsprof: --stream leaves out {', '.join(left)} (they need the whole trace)", err=True)
+        if left:
+            click.echo(f"sitsprof: --stream leaves out {', '.join(left)} (they need the whole trace)", err=True)
     n_blocks = 0
     if "%" in capacity_text:
         click.echo("sitsprof: --stream: counting distinct blocks for the % capacities (one extra pass)", err=True)

@@ -129,10 +129,15 @@ def test_stream_simulate_matches_libcachesim(tmp_path):
 
 
 def test_unstreamable_policy_refused():
-    from sitsprof.policies.adaptive import semantic_shard, sits
+    from types import SimpleNamespace
 
-    with pytest.raises(StreamError, match="semantic-shard.*without --stream"):
-        stream_hits(semantic_shard, [np.arange(5)], 3)
+    from sitsprof.policies.adaptive import sits
+    from sitsprof.policies.registry import get_policy, policy_names
+
+    assert all(streamable(get_policy(name)) for name in policy_names())  # every registered policy has a resumable form
+    whole_only = SimpleNamespace(NAME="whole-only", KERNEL=lfu.KERNEL)  # a policy without one
+    with pytest.raises(StreamError, match="whole-only.*without --stream"):
+        stream_hits(whole_only, [np.arange(5)], 3)
     with pytest.raises(StreamError, match="belady.*next use"):  # only a file gives the next uses
         stream_hits(belady, [np.arange(5)], 3)
     with pytest.raises(PolicyEngineError, match="sits streams only from an oracleGeneral file"):
@@ -178,6 +183,40 @@ def test_sits_streamed_equals_whole_trace_run(tmp_path, chunk):
                 assert got.extra[key] == want.extra[key], key
             switched += want.extra["switches"]
     assert switched >= 5  # the comparison covers switches, not only one behaviour
+
+
+@pytest.mark.parametrize("chunk", CHUNKS, ids=lambda c: f"chunk{c or 'whole'}")
+def test_semantic_shard_streamed_equals_whole_trace_run(tmp_path, chunk):
+    """Hit for hit, expiry for expiry and rebalance for rebalance semantic_shard.run."""
+    from sitsprof.policies.adaptive import semantic_shard
+    from sitsprof.policies.traces.oracle import read_oracle
+
+    ids = _phased(42)
+    path = write_oracle_general(tmp_path / "t.oracleGeneral", ids, timestamps=np.arange(len(ids)) // 50,
+                                sizes=np.arange(len(ids)) % 7 + 1)
+    trace = read_oracle(path)
+    migrated = expired = 0
+    for params in ({}, {"window_s": 10.0, "ttl_s": 30.0, "gated": False, "shards": 5},
+                   {"window_s": 7.0, "ttl_s": 15.0, "memory": 0.9}):
+        for capacity in (100, 4100):
+            want = semantic_shard.run(trace, capacity, **params)
+            (got,), _ = stream_simulate(path, [semantic_shard], [capacity], chunk_refs=chunk or len(ids),
+                                        keep_hits=True, params={"semantic-shard": params})
+            assert np.array_equal(got.request_hits, want.request_hits), (params, capacity)
+            assert (got.hits, got.evictions, got.max_resident) == (want.hits, want.evictions, want.max_resident)
+            for key in ("shard_evictions", "shard_expirations", "cross_shard_hits", "events", "shard_eviction_rate"):
+                assert got.extra[key] == want.extra[key], (key, params, capacity)
+            migrated += sum(e["action"] == "migrate" for e in want.extra["events"])
+            expired += sum(want.extra["shard_expirations"])
+    assert migrated >= 20 and expired > 0  # slots moved and entries expired in what was compared
+
+
+def test_semantic_shard_stream_refuses_keys_an_oracle_file_lacks(tmp_path):
+    from sitsprof.policies.adaptive import semantic_shard
+
+    path = write_oracle_general(tmp_path / "t.oracleGeneral", np.arange(50, dtype=np.int64))
+    with pytest.raises(PolicyEngineError, match="shard key 'tenant'.*first-block"):
+        stream_simulate(path, [semantic_shard], [20], params={"semantic-shard": {"shard_key": "tenant"}})
 
 
 def test_sits_stream_refuses_the_threshold_engine(tmp_path):
@@ -294,7 +333,8 @@ def test_cli_stream_equals_in_memory(cli, tmp_path):
 
     ids = _trace(21, n=8000, objects=1500)
     path = write_oracle_general(tmp_path / "t.oracleGeneral", ids)
-    args = ("policy", "simulate", str(path), "-p", "lru,s3fifo,2q,belady,sits", "-c", "40,10%", "--json")
+    args = ("policy", "simulate", str(path), "-p", "lru,s3fifo,2q,belady,sits,semantic-shard", "-c", "40,10%",
+            "--json")
     code, out, err = cli(*args, "--stream")
     assert code == 0, err
     streamed = json.loads(out)
@@ -311,13 +351,16 @@ def test_cli_stream_equals_in_memory(cli, tmp_path):
 def test_cli_stream_refusals(cli, tmp_path):
     import json
 
+    from sitsprof.policies.registry import get_policy, policy_names
+
     path = write_oracle_general(tmp_path / "t.oracleGeneral", np.arange(50, dtype=np.int64))
-    code, _, err = cli("policy", "simulate", str(path), "-p", "semantic-shard", "-c", "10", "--stream")
-    assert code == 2 and "cannot be streamed" in err and len(err.strip().splitlines()) == 1
+    code, _, err = cli("policy", "simulate", str(path), "-p", "semantic-shard", "-c", "20", "--stream",
+                       "--shard-key", "tenant")
+    assert code == 2 and "no tenant" in err and len(err.strip().splitlines()) == 1
     jsonl = tmp_path / "t.jsonl"
     jsonl.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, 2]}\n')
     code, _, err = cli("policy", "simulate", str(jsonl), "-p", "lru", "-c", "10", "--stream")
     assert code == 2 and "--stream reads oracleGeneral traces" in err
     code, out, err = cli("policy", "simulate", str(path), "-p", "all", "-c", "10", "--stream", "--json")
-    assert code == 0 and "leaves out semantic-shard" in err
-    assert {"belady", "sits"} <= {r["policy"] for r in json.loads(out)["results"]}
+    assert code == 0 and "leaves out" not in err
+    assert {r["policy"] for r in json.loads(out)["results"]} == {get_policy(name).NAME for name in policy_names()}

@@ -48,6 +48,8 @@ NAME = "semantic-shard"
 DESCRIPTION = ("Semantic shard cache: per-shard LRU slots rebalanced by demand, TTL expiry (180 s), "
                "shard eviction counts")
 SHARD_KEYS = ("auto", "first-block", "tenant", "stack", "embedding")
+#: Its resumable form for the streaming replay (engine/stream.py finds it by this name).
+STREAM_FORM = "sitsprof.policies.adaptive.semantic_stream"
 # The tuning keywords of `run` (engine.params.accepted), with run's defaults; the rest of its
 # keywords are data (texts, embedder, offsets, hit_out) or the cost model's (calibration, model, miss).
 PARAMS = {"shard_key": "auto", "shards": 16, "ttl_s": 180.0, "window_s": 60.0, "memory": 0.5,
