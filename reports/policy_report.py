@@ -73,6 +73,8 @@ def _replay_parts(replay) -> tuple[list, list]:
     for i, r in enumerate(entries):
         name = f"{r.get('policy')} @ {r.get('capacity'):,}" if isinstance(r.get("capacity"), int) else str(
             r.get("policy"))
+        if isinstance(r.get("instance"), int):  # policy replay --instances N: one entry per instance
+            name += f", instance {r['instance']}"
         style = {"color": PALETTE[i % len(PALETTE)], "symbol": POLICY_SYMBOLS[i % len(POLICY_SYMBOLS)]}
         values = [v for v in r.get("ttft_cdf_ms") or [] if isinstance(v, (int, float))]
         if len(values) == 101:
@@ -103,6 +105,20 @@ def _replay_parts(replay) -> tuple[list, list]:
                                    "in each window."))
     sits_tables, sits_figs = _replay_sits(entries)
     return [table, *sits_tables], figs + sits_figs
+
+
+def _routing_tables(routing) -> list:
+    """`policy replay --instances N`'s aggregate rows (docs/serving-routing.md), one per (policy, capacity)."""
+    if not isinstance(routing, dict) or not isinstance(routing.get("aggregate"), list):
+        return []
+    rows = [[a.get("policy"), a.get("capacity"), a.get("ttft_p50_ms"), a.get("ttft_p99_ms"),
+             a.get("queue_wait_p99_ms"), a.get("requests_per_s"), a.get("prefix_hit_ratio"),
+             a.get("router_match_ratio"), a.get("imbalance"), a.get("preemptions")]
+            for a in routing["aggregate"] if isinstance(a, dict)]
+    return [Table(["policy", "pool per instance (blocks)", "TTFT P50 (ms)", "TTFT P99 (ms)", "queue wait P99 (ms)",
+                   "requests/s", "prefix hit ratio (pooled)", "router match ratio", "imbalance", "preemptions"],
+                  rows, title=f"Serving replay: {routing.get('instances')} instances, {routing.get('routing')} "
+                              "routing (all requests)")]
 
 
 _BEHAVIOUR_LEVEL = {"lirs": 0, "recency": 1, "scan": 2}
@@ -208,6 +224,7 @@ def policy_section(payload: Any, source: str = "") -> Section:
     if curve_figure is not None:
         figs.append(curve_figure)
     replay_tables, replay_figs = _replay_parts(payload.get("replay"))
+    tables.extend(_routing_tables(payload.get("routing")))
     tables.extend(replay_tables)
     figs.extend(replay_figs)
     timeline = payload.get("decisions") or payload.get("timeline") or []

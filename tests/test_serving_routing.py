@@ -197,6 +197,11 @@ def test_cli_routed_table_json_and_bad_input(tmp_path, capsys):
     assert [r["instance"] for r in doc["replay"]] == [0, 1, 2]
     (agg,) = doc["routing"]["aggregate"]
     assert agg["requests"] == sum(r["requests"] for r in doc["replay"]) == 25
+    from sitsprof.reports.policy_report import policy_section
+
+    section = policy_section(doc, str(out))
+    assert any("3 instances, prefix routing" in t.title for t in section.tables)
+    assert any(tr["name"].endswith("instance 2") for f in section.figures for tr in f.data)
     res = runner.invoke(cli, ["policy", "replay", str(trace_path), "-c", "4000", "--instances", "2"])
     assert res.exit_code == 0, res.output
     assert "round-robi" in res.output and "TTFT" in res.output and "rotation 25" in res.output
