@@ -209,7 +209,8 @@ def test_cli_routed_table_json_and_bad_input(tmp_path, capsys):
                        (["--instances", "2", "--routing", "hash"], "choose round-robin or prefix"),
                        (["--routing", "prefix"], "add --instances"),
                        (["--instances", "2", "--routing", "prefix", "--router-ttl", "0"], "--router-ttl"),
-                       (["--instances", "2", "--cache-threshold", "2"], "--cache-threshold")):
+                       (["--instances", "2", "--cache-threshold", "2"], "--cache-threshold"),
+                       (["--instances", "100000000"], "router's index")):
         assert main(["policy", "replay", str(trace_path), "-c", "4000", *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err

@@ -43,6 +43,7 @@ ROUND_ROBIN, PREFIX = 0, 1
 # why a request went where it went
 R_ROTATION, R_CACHE, R_LEAST_LOADED, R_BALANCE = 0, 1, 2, 3
 REASONS = ("rotation", "cache", "least_loaded", "balance")
+MAX_INDEX_BYTES = 2 << 30  # the router's last-sent times: instances x trace blocks x 8 bytes
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,11 @@ def route(trace, n_instances: int, routing: str = "round-robin", rate_scale: flo
     routing = check_routing(n_instances, routing)
     s = (settings or RouterSettings()).checked()
     n = trace.n_requests
+    need = int(n_instances) * max(int(trace.n_blocks), 1) * 8
+    if need > MAX_INDEX_BYTES:
+        raise ServingReplayError(f"--instances {n_instances}: the router's index of {trace.n_blocks:,} trace blocks "
+                                 f"per instance would take {need / 2**30:.1f} GiB; use at most "
+                                 f"{MAX_INDEX_BYTES // (max(int(trace.n_blocks), 1) * 8):,} instances")
     req_off = np.ascontiguousarray(trace.request_offsets)
     tokens = np.ascontiguousarray(trace.tokens, dtype=np.int64)
     if arrival is None:
