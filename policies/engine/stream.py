@@ -8,8 +8,8 @@ and each run's kernel serves the chunk through its resumable form. Peak memory i
 distinct blocks (the id table, about 12-24 bytes each, and each policy's per-block state)
 plus the capacity-sized queues and one chunk, not the trace's length.
 
-Resumable form (every classic policy, and sits through the module its STREAM_FORM names;
-docs/scale.md): a module exposes
+Resumable form (every classic policy; sits and semantic-shard through the module their
+STREAM_FORM names; docs/scale.md): a module exposes
 `new_stream_state(n_blocks, capacity, **params) -> state` (a tuple of arrays),
 `grow_state(state, n_blocks, capacity, **params) -> state` (more block ids: per-block arrays
 grown, queue contents kept), `max_resident(state)`, and either
@@ -33,7 +33,7 @@ flags are the in-memory replay's, reference for reference (tests/test_stream.py,
 1, 7, 1000 and whole).
 
 What streaming gives up: per-request figures that need the whole trace (`request_hits` is
-empty; the cost model's TTFT is not computed), semantic-shard (not built), the check that
+empty; the cost model's TTFT is not computed), sits's threshold engine, the check that
 each next_access_vtime points at a record of the same object for the policies that do not
 read it (that record may lie in another chunk; belady's runs check the whole chain), and
 --skip-bad-lines (the first bad record is refused). An oracleGeneral record is one request of one block, so
