@@ -226,3 +226,30 @@ def test_sits_in_the_replay_document_and_cli(tmp_path, capsys):
     assert main(["policy", "replay", str(path), "-p", "lru", "--threshold"]) == 2
     assert "drive -p sits" in capsys.readouterr().err
     assert main(["policy", "replay", str(path), "-p", "sits", "--window-s", "0"]) == 2
+
+
+def test_report_draws_the_sits_decisions(tmp_path):
+    from sitsprof.policies.engine.results import read_results
+    from sitsprof.policies.serving.summary import replay_document
+    from sitsprof.reports.policy_report import policy_section
+
+    trace = _crafted(tmp_path)
+    doc = replay_document(trace, None, "mooncake", policies="lru,sits", capacities="4000", rate_scale=4.0,
+                          threshold=True)
+    saved = tmp_path / "doc.json"
+    saved.write_text(json.dumps(doc))
+    section = policy_section(read_results(saved), str(saved))
+    (table,) = [t for t in section.tables if t.title == "SITS decisions (serving replay)"]
+    (row,) = table.rows  # the sits replay only
+    sw = [e for e in doc["replay"][1]["sits"]["events"] if e["event"] == "switch"]
+    assert row[0] == "sits" and row[6] == sw[0]["time"] and row[7] == 0
+    (fig,) = [f for f in section.figures if f.title.startswith("SITS decisions (serving replay")]
+    names = [d["name"] for d in fig.data]
+    assert "switch" in names and "breach" in names
+    behaviour = fig.data[names.index("behaviour serving the window (right axis)")]["y"]
+    assert behaviour[0] == 0 and behaviour[-1] in (1, 2)  # lirs first, SITS after the switch
+    bad = dict(doc)
+    bad["replay"] = [dict(doc["replay"][1], sits={"events": [{"no": "name"}]})]
+    saved.write_text(json.dumps(bad))
+    with pytest.raises(Exception, match="sits events"):
+        read_results(saved)
