@@ -35,6 +35,7 @@ from sitsprof.common.jit import njit
 from ..classic._structs import NIL, grow
 from ..classic.arc import RECENCY, SCAN, new_state, replay_recency, replay_scan
 from ..cost.costmodel import CostModel
+from ..engine.capacity import check_capacity
 from ..errors import PolicyEngineError
 from ..traces.hashing import GOLDEN
 from ..traces.trace import DEFAULT_BLOCK_TOKENS
@@ -119,7 +120,7 @@ class SitsStream:
             raise PolicyEngineError(f"sits --stream has no parameter {', '.join(unknown)} (the threshold engine "
                                     "needs the whole trace); it takes " + ", ".join(STREAM_PARAMS))
         self.cfg = cfg = SitsConfig(**params)
-        self.capacity = int(capacity)
+        self.capacity = capacity = check_capacity(capacity)
         self.cache = HybridCache(n_blocks, capacity)
         self.ctl = Controller(cfg, behaviour=BEHAVIOURS.index(cfg.initial))
         self.refs = int(cfg.window_refs) if cfg.window_refs is not None else 1 << 62
