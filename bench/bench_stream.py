@@ -11,10 +11,11 @@ CDF of the continuous power law, ranks hashed to sparse 64-bit ids), every objec
 written straight to an oracleGeneral file in 4M-record chunks (so writing needs no memory
 for the whole trace). `next_access_vtime` is -1 ("never") in every record: computing it needs
 the whole trace in memory (`write_oracle_general` does exactly that), and neither LRU, ARC nor
-S3-FIFO reads it, on either side. `--policies belady` and `sits` are ours alone: our streaming replay
-computes belady's next uses in two extra passes (docs/scale.md), while libCacheSim's Belady
-takes the -1s at their word, and libCacheSim has no SITS. The generator counts the distinct ids (the streaming
-factoriser) and the cache holds `--capacity-share` of them (default 10%).
+S3-FIFO reads it, on either side. `--policies belady`, `sits` and `semantic-shard` are ours
+alone: our streaming replay computes belady's next uses in two extra passes (docs/scale.md),
+while libCacheSim's Belady takes the -1s at their word, and libCacheSim has neither of the
+others. The generator counts the distinct ids (the streaming factoriser) and the cache holds
+`--capacity-share` of them (default 10%).
 
 Each (side, policy) runs in its own child process, timed from the parent (wall seconds of the
 whole process: interpreter start, imports, reading, replay), and its peak resident memory is
@@ -40,8 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 POLICIES = ("lru", "arc", "s3fifo")
-#: No libCacheSim side: sits is ours alone, and libCacheSim's Belady would read the -1s as "never again".
-OURS_ONLY = ("belady", "sits")
+#: No libCacheSim side: sits and semantic-shard are ours alone, and libCacheSim's Belady would
+#: read the -1s as "never again".
+OURS_ONLY = ("belady", "sits", "semantic-shard")
 
 
 def count(text: str) -> int:
@@ -92,9 +94,12 @@ print(json.dumps({"hit_ratio": r.block_hit_ratio, "kernel_s": r.seconds, "read_s
 WHOLE = """
 import json, sys, time
 t0 = time.perf_counter()
+from sitsprof.policies.registry import get_policy
 from sitsprof.policies.sweep import simulate
 from sitsprof.policies.traces.oracle import read_oracle
-r = simulate(read_oracle(sys.argv[1]), sys.argv[2], int(sys.argv[3]))
+m, trace = get_policy(sys.argv[2]), read_oracle(sys.argv[1])
+# an adaptive policy's whole-trace run is `run` (as policy simulate runs it), not its engine KERNEL
+r = m.run(trace, int(sys.argv[3])) if hasattr(m, "run") else simulate(trace, sys.argv[2], int(sys.argv[3]))
 print(json.dumps({"hit_ratio": r.block_hit_ratio, "kernel_s": r.seconds, "cpu_s": time.process_time(),
                   "inner_s": time.perf_counter() - t0,
                   "vmhwm_kb": int([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")][0])}))
@@ -141,7 +146,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the trace file (reused when the name matches)")
     ap.add_argument("--json", dest="json_path", default=None, help="also write the rows to this file")
     ap.add_argument("--in-memory", action="store_true",
-                    help="also replay each policy in memory (read_oracle + simulate) in a child: its time and peak")
+                    help="also replay each policy in memory (read_oracle + simulate, or an adaptive policy's run) "
+                         "in a child: its time and peak")
     args = ap.parse_args()
 
     folder = Path(args.dir)
