@@ -38,7 +38,7 @@ import numpy as np
 from numba import njit
 
 from ..adaptive.shadows import shadow_counts, shadow_shift
-from ..adaptive.signals import count_buckets, entropy_bits
+from ..adaptive.signals import count_buckets, entropy_bits, p99
 from ..adaptive.sits import BEHAVIOURS, Controller, SitsConfig
 from ..adaptive.threshold import ThresholdEngine
 from ..classic.arc import RECENCY, SCAN
@@ -149,8 +149,11 @@ def _lookup_counts(ids, offsets, n_full, status, r0, r1, counts):
     return m
 
 
-def _advance_ptr(i: int, limit: int, done_mask_fn) -> int:
-    while i < limit and done_mask_fn(i):
+@njit(cache=True)
+def _first_open(times, status, i, limit):
+    """The first request from i (below limit) whose `times` entry is unset (< 0) and that was not
+    rejected: requests before it have their first token (or first scheduling) already."""
+    while i < limit and (times[i] >= 0 or status[i] == 3):  # scheduler.REJECTED
         i += 1
     return i
 
@@ -210,15 +213,15 @@ def drive(run, meta, window_s: float = WINDOW_S, threshold: bool = False, calibr
         tf = t_first[seg]
         got = (tf > t_prev) & (tf <= t_now)
         ttft = (tf[got] - arrival[seg][got]) * 1e3
-        lo_ft = _advance_ptr(lo_ft, nxt, lambda i: t_first[i] >= 0 or status[i] == REJECTED)
+        lo_ft = int(_first_open(t_first, status, lo_ft, nxt))
         if len(ttft):
-            d_ms = float(np.percentile(ttft, 99))
+            d_ms = float(p99(ttft, len(ttft)))  # np.percentile(ttft, 99), compiled
         elif lo_ft < nxt:
             d_ms = (t_now - float(arrival[lo_ft])) * 1e3
         else:
             d_ms = None
         r_prev = r_sch
-        r_sch = _advance_ptr(r_sch, nxt, lambda i: t_sched[i] >= 0 or status[i] == REJECTED)
+        r_sch = int(_first_open(t_sched, status, r_sch, nxt))
         if d_ms is None and r_sch == r_prev:
             continue  # an idle window: no decision
         served[serving] += t_now - t_prev
@@ -226,7 +229,7 @@ def drive(run, meta, window_s: float = WINDOW_S, threshold: bool = False, calibr
         counts = np.zeros(256, dtype=np.int64)
         m = _lookup_counts(rb.ids, rb.offsets, rb.n_full, status, r_prev, r_sch, counts)
         h_bits = float(entropy_bits(counts, m)) if m else 0.0
-        took = np.array([status[i] != REJECTED for i in range(r_prev, r_sch)], dtype=bool)
+        took = status[r_prev:r_sch] != REJECTED
         sums = shadow[:, r_prev:r_sch][:, took].sum(axis=1) if r_sch > r_prev else np.zeros(3, dtype=np.int64)
         dur = t_now - t_prev
         load = ((nxt - nxt_prev) / dur) / mean_rate if dur > 0 and mean_rate > 0 else 1.0
