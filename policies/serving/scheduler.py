@@ -1,5 +1,10 @@
 """vLLM v1-style scheduling steps over the block pool, the whole replay in one numba call.
 
+The call is resumable: the scheduler's state lives in arrays passed in (`new_run_state`) and
+`replay(..., t_stop)` returns at the first step boundary at or after simulated time t_stop, so
+a run cut into windows (`ReplayRun.advance`) is the one-call run, request for request; between
+windows a driver may change the evictor (adaptive.py: SITS and the threshold engine).
+
 Each step (vLLM v1 `Scheduler.schedule`, FCFS):
 1. Requests that arrived by now (trace time / rate scale) join the back of the waiting queue;
    one that needs more blocks than the pool has (ceil((prompt + output - 1) / block_tokens),
