@@ -70,8 +70,8 @@ def serve_metrics(trace_path, policy_text, capacity_text, calibration, model_nam
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
 @click.option("--under-load", is_flag=True,
               help="Also re-run them through the serving replay (vLLM rules) on the Mooncake trace (--mooncake, "
-                   "else bundled:mooncake) at arrivals x1, x2, x4 and pools of 3% and 10% of its 16-token "
-                   "blocks (20 replays, several minutes).")
+                   "else bundled:mooncake) at arrivals x0.25, x1, x2, x4 and pools of 3% and 10% of its 16-token "
+                   "blocks (26 replays, several minutes).")
 def claims_cmd(mooncake_path, seed, calibration, as_json, under_load):
     """Re-run the brief's comparisons (LRU vs prefix vs semantic shard; LIRS vs LRU vs LFU) on the
     three-stack workload (capacities 1%/10%/50% of its blocks) and, if given, a Mooncake trace;

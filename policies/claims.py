@@ -125,15 +125,15 @@ def run_claims(seed: int = 0, mooncake=None, calibration=None, sweep=run_policie
 
 # ------------------------------------------------------------------ under load (serving replay)
 # The claims re-run through the serving replay (policies/serving, `policy replay`): requests in
-# flight, vLLM's rules, a step time model, the trace's arrivals compressed x1, x2, x4. What the
-# replay can and cannot compare (docs/RESEARCH.md, "Under load"):
+# flight, vLLM's rules, a step time model, the trace's arrivals at x0.25 (spread out) and
+# compressed x1, x2, x4. What the replay can and cannot compare (docs/RESEARCH.md, "Under load"):
 # - "prefix cache" is the engine's own count: vLLM reuses only the longest cached prefix of a
 #   request's full blocks (LRU free queue, blocks of running requests pinned); "LRU" is the
 #   block-level count of an LRU cache of the same pool, any resident block a hit (the replay's
 #   all-evictable mode: policy simulate's count, with no pinning, so it does not depend on load).
 # - semantic shard is not run: it has no incremental form, and a semantic shard is a routing
 #   decision across instances by embedding, which the replay does not model.
-UNDER_LOAD_RATES = (1.0, 2.0, 4.0)
+UNDER_LOAD_RATES = (0.25, 1.0, 2.0, 4.0)  # 0.25: one rate where the engine keeps up
 UNDER_LOAD_POOLS = (0.03, 0.10)  # of the trace's 16-token KV blocks
 UNDER_LOAD_BLOCK_TOKENS = 16
 PREFIX, BLOCK_LRU = "vllm-prefix", "lru-blocks"
