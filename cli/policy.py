@@ -106,7 +106,7 @@ def _trace_options(func):
 @click.option("--stream", "stream", is_flag=True, default=False,
               help="oracleGeneral traces: read the file in chunks, keeping each policy's state between them, "
                    "so memory follows the distinct blocks, not the trace's length (docs/scale.md); the same hits. "
-                   "Classic policies only (not belady, sits, semantic-shard); no cost model TTFT.")
+                   "Every policy (not sits's --threshold); no cost model TTFT.")
 def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as_json, as_csv,
                  calibration=None, model_name=None, miss_mode="recompute", shard_key=None, ttl=None, window=None,
                  threshold=False, threshold_windows=None, param_items=(), embedder=None, events_path=None,
@@ -131,7 +131,8 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
             given[name] = value
     params = bind_params(policies, given)
     if stream:
-        _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, params, skip_bad_lines, as_json, as_csv)
+        _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, params, skip_bad_lines, as_json, as_csv,
+                         cost={"calibration": calibration, "model": model_name, "miss": miss_mode})
         return
     # Kernels interpreted or compiled (SITSPROF_JIT, issue 14): decided before each kernel call.
     click.get_current_context().with_resource(jit_scope())
@@ -173,7 +174,7 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
 
 
 def _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, params, skip_bad_lines, as_json,
-                     as_csv) -> None:
+                     as_csv, cost=None) -> None:
     """`policy simulate --stream`: policies.engine.stream over an oracleGeneral file."""
     from sitsprof.policies.engine.capacity import parse_capacities
     from sitsprof.policies.engine.results import document, result_rows, rows_to_csv
@@ -198,7 +199,7 @@ def _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, para
         click.echo("sitsprof: --stream: counting distinct blocks for the % capacities (one extra pass)", err=True)
         n_blocks = count_distinct(trace_path)
     capacities = parse_capacities(capacity_text, n_blocks)
-    results, summary = stream_simulate(trace_path, modules, capacities, params=params,
+    results, summary = stream_simulate(trace_path, modules, capacities, params=params, cost=cost,
                                        note=lambda text: click.echo(f"sitsprof: --stream: {text}", err=True))
     rows = result_rows(results)
     if as_json:

@@ -219,6 +219,24 @@ def test_semantic_shard_stream_refuses_keys_an_oracle_file_lacks(tmp_path):
         stream_simulate(path, [semantic_shard], [20], params={"semantic-shard": {"shard_key": "tenant"}})
 
 
+def test_adaptive_streamed_runs_take_the_cost_model_of_the_whole_trace_run(tmp_path):
+    """Their P99 signal comes from the cost model: another model and miss cost, the same as
+    the whole-trace run with them (and not the default's decisions)."""
+    from sitsprof.policies.adaptive import semantic_shard, sits
+    from sitsprof.policies.traces.oracle import read_oracle
+
+    ids = _phased(43)
+    path = write_oracle_general(tmp_path / "t.oracleGeneral", ids, timestamps=np.arange(len(ids)) // 50)
+    trace = read_oracle(path)
+    cost = {"model": "deepseek-v2", "miss": "reload"}
+    for module, params in ((sits, SITS_PARAMS[1]), (semantic_shard, {"window_s": 7.0})):
+        want = module.run(trace, 100, **cost, **params)
+        (got,), _ = stream_simulate(path, [module], [100], chunk_refs=777, keep_hits=True,
+                                    params={module.NAME: params}, cost=cost)
+        assert got.extra["events"] == want.extra["events"] and np.array_equal(got.request_hits, want.request_hits)
+        assert want.extra["events"] != module.run(trace, 100, **params).extra["events"]
+
+
 def test_sits_stream_refuses_the_threshold_engine(tmp_path):
     from sitsprof.policies.adaptive import sits
 

@@ -55,7 +55,7 @@ class ShardStream:
         self.cross = np.zeros(1, dtype=np.int64)
         self.demand = np.zeros(self.shards)
         self.counts = np.zeros(self.shards, dtype=np.int64)
-        cost = CostModel(None)
+        cost = CostModel(**info.get("cost", {}))  # calibration, model, miss: as the whole-trace run's
         self.table, self.index = cost.coefficients(None)
         self.prefix_only = cost.miss == "recompute"
         self.sample = np.zeros(P99_SAMPLE)

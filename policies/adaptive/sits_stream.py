@@ -133,7 +133,7 @@ class SitsStream:
         self.m = 0
         self.shadows = [new_state(1 << 10), new_state(1 << 10)]  # RECENCY, SCAN
         self.counts = np.zeros(3, dtype=np.int64)  # the window's sampled refs, LRU hits, ARC hits
-        cost = CostModel(None)
+        cost = CostModel(**info.get("cost", {}))  # calibration, model, miss: as the whole-trace run's
         self.table, self.index = cost.coefficients(None)
         self.prefix_only = cost.miss == "recompute"
         self.block_tokens = DEFAULT_BLOCK_TOKENS

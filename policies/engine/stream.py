@@ -451,7 +451,7 @@ def _replay_pass(path, replay: StreamReplay, fac: Factorizer, chunk_refs: int, f
 
 
 def stream_simulate(path, policies, capacities, chunk_refs: int = CHUNK_REFS, params: dict | None = None,
-                    progress=None, keep_hits: bool = False, temp_dir=None, note=None
+                    progress=None, keep_hits: bool = False, temp_dir=None, note=None, cost: dict | None = None
                     ) -> tuple[list[SimResult], dict]:
     """Replay the oracleGeneral file `path` through every policy module in `policies` at every
     capacity, reading it once, `chunk_refs` records at a time. `params`: policy NAME -> its
@@ -463,13 +463,16 @@ def stream_simulate(path, policies, capacities, chunk_refs: int = CHUNK_REFS, pa
     `file_pointer_base` accepts it (checked as it streams; if a pointer turns out wrong, those
     runs are replayed again with computed ones), else computed first in `temp_dir` (default:
     the system's, TMPDIR) by two extra passes (`_ComputedFuture`). `keep_hits`: each result's
-    request_hits holds its per-reference hit flags (for tests; 4 bytes a reference)."""
+    request_hits holds its per-reference hit flags (for tests; 4 bytes a reference). `cost`:
+    the cost model's keywords (calibration, model, miss) for the adaptive policies' P99 signal."""
     from ..traces.oracle import oracle_records
 
     params = params or {}
     runs = [(m, int(c), dict(params.get(m.NAME, {}))) for m in policies for c in capacities]
     times = any(needs_times(m) for m, _, _ in runs)
-    replay = StreamReplay(runs, keep_hits=keep_hits, info=trace_span(path) if times else None)
+    cost = {k: v for k, v in (cost or {}).items() if v is not None}  # None: the cost model's default
+    info = {**trace_span(path), "cost": cost} if times else None
+    replay = StreamReplay(runs, keep_hits=keep_hits, info=info)
     fac = Factorizer()
     future = None
     if any(needs_future(m) for m, _, _ in runs):
