@@ -120,8 +120,8 @@ def _weighted_hits(hit, tokens):
 def _check(module: ModuleType, params: dict) -> None:
     if not streamable(module):
         raise StreamError(
-            f"policy {module.NAME!r} cannot be streamed (it needs the whole trace: its shards' windows and "
-            "clusters); replay it without --stream, or leave it out")
+            f"policy {module.NAME!r} cannot be streamed (it has no resumable form: it needs the whole trace); "
+            "replay it without --stream, or leave it out")
     form = stream_form(module)
     allowed = list(form.STREAM_PARAMS if hasattr(form, "STREAM_PARAMS") else kernel_params(module))
     unknown = sorted(set(params) - set(allowed))
