@@ -171,6 +171,43 @@ print(json.dumps(out))
 """
 
 
+_STAGES = """
+import io, sys, time
+T = time.process_time
+import numpy, click, rich.console, rich.table
+import sitsprof.cli.main
+from rich.console import Console
+from sitsprof.cli.console import cost_table, cost_title, load_trace, results_table
+from sitsprof.common import jit
+from sitsprof.policies.sweep import run_policies, simulate
+t1 = T()
+jit.decide(True)  # as policy simulate decides for this trace
+trace, fmt = load_trace(sys.argv[1], None, False)
+t2 = T()
+res = run_policies(trace, ["lru"], [10])
+t3 = T()
+best = simulate(trace, "belady", 10)
+t4 = T()
+c = Console(file=io.StringIO(), width=120)
+c.print(results_table(res, title="t"))
+c.print(f"headroom (belady, offline optimal) block hit: {best.block_hit_ratio:.4f} at 10")
+c.print(cost_table(res, title=cost_title(res)))
+t5 = T()
+print(f"{t1:.3f} {t2 - t1:.3f} {t3 - t2:.3f} {t4 - t3:.3f} {t5 - t4:.3f}")
+"""
+
+
+def stages(tmp: Path, repeat: int) -> list[tuple[str, float, float, str]]:
+    """Where the interpreted warm run's CPU goes, in-process (`time.process_time` by stage)."""
+    trace = tiny_trace(tmp / "tiny.jsonl")
+    names = ("interpreter, numpy, click, rich, the CLI's imports", "reading the trace", "the costed LRU run",
+             "the headroom Belady run", "printing the tables")
+    runs = [[float(x) for x in run([sys.executable, "-c", _STAGES, str(trace)], warm_env(tmp))[2].stdout.split()]
+            for _ in range(repeat + 1)][1:]  # the first fills the .pyc folder
+    return [(f"stage: {name}", 0.0, statistics.median(r[i] for r in runs),
+             "CPU s " + " / ".join(f"{r[i]:.3f}" for r in runs)) for i, name in enumerate(names)]
+
+
 def break_even(tmp: Path, repeat: int) -> list[tuple[str, float, float, str]]:
     """Where interpreted and compiled kernels cost the same CPU on the `policy simulate` path:
     the CLI at growing trace sizes under SITSPROF_JIT=python and =numba, and each policy's
@@ -216,7 +253,7 @@ def main() -> None:
         if args.break_even:
             rows = break_even(tmp, max(1, min(args.repeat, 3)))
         else:
-            rows = warm(tmp, args.repeat)
+            rows = warm(tmp, args.repeat) + stages(tmp, 3)
         if not args.skip_install and not args.break_even:
             rows += first_runs(tmp, args.policies)
     print(f"{'case':58} {'wall s':>8} {'CPU s':>8}  note")

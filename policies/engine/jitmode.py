@@ -37,9 +37,11 @@ DEFAULT_US = max(US_PER_REFERENCE.values())
 #: The Belady headroom line under a table, per capacity, and reading the trace (factorizing).
 HEADROOM_US, READ_US = 14, 4
 #: Interpret when the estimate is at most this. Measured (bench/README.md, `bench_startup.py
-#: --break-even`, CLI CPU seconds): the two cost the same where the estimate is ~0.65 s (LRU
-#: alone at ~30,000 references; all 12 policies at one capacity between 3,000 and 10,000);
-#: below that interpreting wins by up to ~0.7 s CPU, above it compiling wins by more and more.
+#: --break-even`, CLI CPU seconds, two runs on the loaded VM): the two cost the same where the
+#: estimate is ~0.65-1.0 s (LRU alone at 30,000-50,000 references; all 12 policies at one
+#: capacity at 3,000-10,000); at or under 0.5 s interpreting was the cheaper every time
+#: (0.32-0.58x the compiled CPU), above ~1 s compiling wins by more and more (100,000 refs,
+#: -p all: interpreted 8.8x).
 BUDGET_S = 0.5
 #: Trace files read interpreted: at most this many bytes (a Mooncake JSONL line holds ~22
 #: bytes per reference, an oracleGeneral record 24, so ~12,000 references).
