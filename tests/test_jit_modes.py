@@ -21,10 +21,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sitsprof.policies.registry import policy_names
 from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl, write_requests_jsonl
+from sitsprof.policies.traces.oracle import write_oracle_general
 
 SITSPROF = Path(sys.executable).with_name("sitsprof")
 BUNDLED = Path(__file__).resolve().parents[1] / "policies" / "data" / "mooncake_conversation.jsonl.xz"
@@ -56,6 +58,11 @@ def traces(tmp_path_factory) -> dict[str, Path]:
         t += 100
     out["uniform"] = folder / "uniform.jsonl"
     out["uniform"].write_text("\n".join(lines) + "\n")
+    # oracleGeneral with random 64-bit ids: the factorizer's hash path (uint64 multiply, wraps),
+    # the oracle reader's checks, next-access times
+    ids = np.random.default_rng(7).integers(0, 2**63 - 1, 400, dtype=np.int64)
+    refs = ids[np.random.default_rng(8).zipf(1.3, 3000) % 400]
+    out["oracle"] = write_oracle_general(folder / "t.oracleGeneral", refs)
     return out
 
 
@@ -95,7 +102,7 @@ def _same_documents(args: list[str]) -> dict:
     return python
 
 
-@pytest.mark.parametrize("name", ["generated", "requests", "mooncake", "uniform"])
+@pytest.mark.parametrize("name", ["generated", "requests", "mooncake", "uniform", "oracle"])
 def test_every_policy_same_results_interpreted_and_compiled(traces, name, tmp_path):
     events = {mode: tmp_path / f"events-{mode}.jsonl" for mode in ("python", "numba")}
     args = ["policy", "simulate", str(traces[name]), "-p", "all", "-c", CAPACITIES, "--json"]
