@@ -148,3 +148,26 @@ def test_mooncake_table_is_what_the_command_prints(cli):
         cost = row["extra"]["cost"]
         got.setdefault(row["policy"], []).append((round(row["block_hit_ratio"], 4), round(cost["ttft_p99_ms"])))
     assert got == table
+
+
+@pytest.mark.slow
+def test_replay_table_is_what_the_command_prints(cli):
+    """The README's serving-replay table equals `policy replay bundled:mooncake -p all -c 10%
+    --rate-scale 0.25 --json` now: every policy the replay has, each figure as printed."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("### Serving replay: requests in flight"):]
+    table = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and re.fullmatch(r"0\.\d{4}", cells[5]):
+            table[cells[0]] = cells[1:]
+        elif table and not line.startswith("|"):
+            break
+    code, out, err = cli("policy", "replay", "bundled:mooncake", "-p", "all", "-c", "10%", "--rate-scale", "0.25",
+                         "--json")
+    assert code == 0, err
+    got = {r["policy"]: [f"{r['ttft_p50_ms'] / 1e3:,.2f}", f"{r['ttft_p99_ms'] / 1e3:,.2f}",
+                         f"{r['tokens_per_s']:,.0f}", f"{r['requests_per_s']:.3f}", f"{r['block_hit_ratio']:.4f}",
+                         f"{r['prefix_hit_ratio']:.4f}", f"{r['preemptions']:,}"] for r in json.loads(out)["replay"]}
+    assert {"lru", "lfu", "lirs"} <= set(got)
+    assert table == got
