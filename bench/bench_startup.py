@@ -135,6 +135,7 @@ def warm(tmp: Path, repeat: int) -> list[tuple[str, float, float, str]]:
         "sitsprof --help": ([sitsprof, "--help"], auto),
         "sitsprof policy simulate 1,000 refs -p lru -c 10": (simulate, auto),
         "  the same, --json (no headroom line, no tables)": ([*simulate, "--json"], auto),
+        "  the same, OPENBLAS_NUM_THREADS=2 (a BLAS thread a core)": (simulate, dict(auto, OPENBLAS_NUM_THREADS="2")),
         "  the same, SITSPROF_JIT=numba (compiled, as before)": (simulate, numba),
         "  the same, --json, SITSPROF_JIT=numba": ([*simulate, "--json"], numba),
     }

@@ -116,13 +116,21 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
         raise click.UsageError("--json and --csv are alternatives; pick one")
     from sitsprof.common.jit import scope as jit_scope
     from sitsprof.policies.engine import jitmode
+
+    # Kernels interpreted or compiled (SITSPROF_JIT, issue 14): decided before each kernel call,
+    # the first time before numpy loads (jitmode.before_reading).
+    from sitsprof.policies.registry import select_policies
+
+    policies = select_policies(policy_text)
+    click.get_current_context().with_resource(jit_scope())
+    if not stream:
+        jitmode.before_reading(trace_path, policies, capacity_text.split(","),
+                               headroom=not (as_json or as_csv) and "belady" not in policies)
     from sitsprof.policies.engine.capacity import parse_capacities
     from sitsprof.policies.engine.params import parse_assignments
     from sitsprof.policies.engine.results import document, event_records, result_rows, rows_to_csv, trace_summary
-    from sitsprof.policies.registry import select_policies
     from sitsprof.policies.sweep import bind_params, run_policies
 
-    policies = select_policies(policy_text)
     given = parse_assignments(param_items)
     for name, value in (("shard_key", shard_key), ("embedder", embedder), ("ttl_s", ttl), ("window_s", window),
                         ("threshold", True if threshold or threshold_windows else None),
@@ -134,9 +142,6 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
         _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, params, skip_bad_lines, as_json, as_csv,
                          cost={"calibration": calibration, "model": model_name, "miss": miss_mode})
         return
-    # Kernels interpreted or compiled (SITSPROF_JIT, issue 14): decided before each kernel call.
-    click.get_current_context().with_resource(jit_scope())
-    jitmode.before_reading(trace_path)
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
     capacities = parse_capacities(capacity_text, trace.n_blocks)
     jitmode.before_replay(len(trace.block), policies, capacities,

@@ -254,6 +254,7 @@ def test_auto_rule_from_file_size_and_work(tmp_path, monkeypatch):
     compressed.write_bytes(b"x" * (jitmode.SMALL_FILE_BYTES // jitmode.COMPRESSED_RATIO + 1))
     assert jitmode.small_file(small) and not jitmode.small_file(big) and not jitmode.small_file(compressed)
     assert not jitmode.small_file("bundled:mooncake") and not jitmode.small_file("-")
+    assert jitmode.most_references(small) == 500 and jitmode.most_references(compressed) > jitmode.SMALL_FILE_BYTES // 2
     assert jitmode.estimate_s(1000, ["lru"], [10]) <= jitmode.BUDGET_S
     assert jitmode.estimate_s(1000, policy_names(), [10] * 6) > jitmode.BUDGET_S
     assert jitmode.estimate_s(10, ["a-new-policy"], [1]) == pytest.approx(10 * jitmode.DEFAULT_US * 1e-6)

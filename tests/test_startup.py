@@ -176,18 +176,20 @@ def test_compile_workers_only_where_there_are_cores_to_spare(monkeypatch):
 
 def _simulate_modules(trace, env: dict, *args: str) -> tuple[set, str]:
     code = f"""
-import json, sys
+import json, os, sys
 from sitsprof.cli.main import main
 code = main(["policy", "simulate", {str(trace)!r}, *{list(args)!r}])
-print(json.dumps({{"code": code, "modules": sorted(sys.modules)}}), file=sys.stderr)
+print(json.dumps({{"code": code, "modules": sorted(sys.modules), "blas": os.environ.get("OPENBLAS_NUM_THREADS")}}),
+      file=sys.stderr)
 """
-    run_env = {k: v for k, v in os.environ.items() if k != "SITSPROF_JIT"}
+    run_env = {k: v for k, v in os.environ.items()
+               if k not in ("SITSPROF_JIT", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                          env=dict(run_env, **env))
     assert out.returncode == 0, out.stderr
     loaded = json.loads(out.stderr.strip().splitlines()[-1])
     assert loaded["code"] == 0
-    return set(loaded["modules"]), out.stdout
+    return set(loaded["modules"]) | ({"OPENBLAS_NUM_THREADS=1"} if loaded["blas"] == "1" else set()), out.stdout
 
 
 def test_small_simulate_imports_no_numba_and_prints_what_numba_prints(tiny_trace):
@@ -195,6 +197,7 @@ def test_small_simulate_imports_no_numba_and_prints_what_numba_prints(tiny_trace
     kernels' Python source; numba is never imported; the table is the compiled run's."""
     modules, table = _simulate_modules(tiny_trace, {}, "-p", "lru,arc", "-c", "10")
     assert not {m for m in modules if m == "numba" or m.startswith(("numba.", "llvmlite"))}
+    assert "OPENBLAS_NUM_THREADS=1" in modules  # jitmode.quiet_blas: one BLAS thread, set before numpy loaded
     compiled_modules, compiled_table = _simulate_modules(tiny_trace, {"SITSPROF_JIT": "numba"}, "-p", "lru,arc",
                                                          "-c", "10")
     assert "numba" in compiled_modules
@@ -217,6 +220,6 @@ def test_large_work_compiles_under_auto(tiny_trace):
     references = len(read_trace(str(tiny_trace)).block)
     assert jitmode.estimate_s(references, policy_names(), capacities) > jitmode.BUDGET_S
     modules, _ = _simulate_modules(tiny_trace, {}, "-p", "all", "-c", ",".join(capacities), "--json")
-    assert "numba" in modules
+    assert "numba" in modules and "OPENBLAS_NUM_THREADS=1" not in modules
     modules, _ = _simulate_modules(tiny_trace, {"SITSPROF_JIT": "python"}, "-p", "lru", "-c", "10", "--json")
     assert "numba" not in modules

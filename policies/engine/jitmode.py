@@ -22,6 +22,7 @@ replay. Above the rule a run is exactly the compiled run it was before.
 from __future__ import annotations
 
 import os
+import sys
 
 from sitsprof.common import jit
 
@@ -69,9 +70,40 @@ def estimate_s(references: int, policies, capacities, headroom: bool = False) ->
     return references * per_ref * 1e-6
 
 
-def before_reading(path) -> str:
-    """Decide from the file's size (see the module docstring); the mode now in force."""
-    return jit.decide(small_file(path))
+#: Thread-count settings of the BLAS numpy loads; any one set is left as it is.
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+
+
+def quiet_blas() -> bool:
+    """Before numpy is first imported, with no thread count set: one BLAS thread. numpy's
+    OpenBLAS starts a thread per core on import, ~0.05-0.13 s of CPU (not wall) measured on
+    the 2-core VM (bench/README.md); an interpreted sweep does no BLAS work to share out.
+    Whether it was set."""
+    if "numpy" in sys.modules or any(os.environ.get(name) for name in _BLAS_THREADS):
+        return False
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    return True
+
+
+def most_references(path) -> int:
+    """The most references the file at `path` can hold: 2 bytes each (`1,` in a JSONL id
+    list or a CSV column; an oracleGeneral record is 24), 20x that when compressed."""
+    size = os.stat(path).st_size
+    if str(path).lower().endswith(_COMPRESSED):
+        size *= COMPRESSED_RATIO
+    return size // 2
+
+
+def before_reading(path, policies=None, capacities=None, headroom: bool = False) -> str:
+    """Decide from the file's size (see the module docstring); the mode now in force. When
+    even `most_references` would be small work for `policies` x `capacities`, the run is sure
+    to stay interpreted: then, before numpy loads, one BLAS thread (`quiet_blas`)."""
+    mode = jit.decide(small_file(path))
+    sure = (mode == "python" and policies is not None and capacities is not None
+            and estimate_s(most_references(path), policies, capacities, headroom) <= BUDGET_S)
+    if sure:
+        quiet_blas()
+    return mode
 
 
 def before_replay(references: int, policies, capacities, headroom: bool = False) -> str:
