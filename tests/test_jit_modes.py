@@ -278,3 +278,11 @@ def apply(f, x):
                          timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(sum((i + 1) ** 2 for i in range(4))), "25", "LazyKernel"]
+
+
+def test_a_bad_mode_is_one_line_and_exit_2(traces):
+    out = subprocess.run([str(SITSPROF), "policy", "simulate", str(traces["generated"]), "-p", "lru", "-c", "10"],
+                         capture_output=True, text=True, env=dict(os.environ, SITSPROF_JIT="fast"), timeout=300)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == ["sitsprof: error: SITSPROF_JIT='fast' is not a mode: "
+                                               "set it to one of auto, numba, python (or unset it for auto)"]
