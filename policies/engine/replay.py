@@ -10,12 +10,14 @@ block_hit_ratio   hits / references
 token_hit_ratio   tokens carried by hit references / all tokens (`Trace.tokens`)
 prefix_hit_ratio  per request only the leading run of hits counts, since a serving engine can
                   reuse only a cached prefix; summed over requests, divided by all references
-request_hits      hits per request (int32 array, one entry per request)
+request_hits      hits per request (int32 array, one entry per request; in a trace of one
+                  reference per request it is made from the hit flags when first read)
 evictions, max_resident  as the kernel reports them
 seconds           wall time of the kernel alone (the JIT compile excluded after the first call)
 """
 from __future__ import annotations
 
+import dis
 import sys
 import time
 from dataclasses import dataclass, field
@@ -61,13 +63,50 @@ class SimResult:
             "prefix_hit_ratio": float(self.prefix_hit_ratio),
             "evictions": int(self.evictions),
             "max_resident": int(self.max_resident),
-            "requests": int(len(self.request_hits)),
+            "requests": int(self.n_requests),
             "seconds": float(self.seconds),
             "extra": {k: _plain(v) for k, v in self.extra.items()},
         }
         if request_hits:
             out["request_hits"] = self.request_hits.tolist()
         return out
+
+    @property
+    def n_requests(self) -> int:
+        """len(request_hits), without building it."""
+        return len(self.__dict__["_request_hits"])
+
+
+class _HitsOfFlags:
+    """`SimResult.request_hits` of a trace of one reference per request, not yet built: the
+    replay's hit flags (1 byte a reference), widened to int32 0/1 when first read."""
+
+    __slots__ = ("flags",)
+
+    def __init__(self, flags: np.ndarray):
+        self.flags = flags
+
+    def __len__(self) -> int:
+        return len(self.flags)
+
+    def build(self) -> np.ndarray:
+        return (self.flags != 0).astype(np.int32)
+
+
+def _get_request_hits(self) -> np.ndarray:
+    value = self.__dict__["_request_hits"]
+    if isinstance(value, _HitsOfFlags):
+        value = self.__dict__["_request_hits"] = value.build()
+    return value
+
+
+def _set_request_hits(self, value) -> None:
+    self.__dict__["_request_hits"] = value
+
+
+# a field of the dataclass (constructor, repr, eq, fields(), pickling) read through a property,
+# so the per-request array of a one-reference-per-request replay exists only once asked for
+SimResult.request_hits = property(_get_request_hits, _set_request_hits, doc="hits per request (int32)")
 
 
 def _plain(value):
@@ -104,15 +143,84 @@ def dense_blocks(trace: Trace) -> tuple[np.ndarray, int]:
     return block, n_blocks
 
 
+def one_reference_each(trace: Trace) -> bool:
+    """Whether request i is reference i (oracleGeneral, CSV, id traces): `request` int32
+    0..n-1, as `trace_from_ids` builds it. Checked in full: one pass over the column."""
+    request = np.asarray(trace.request)
+    n = len(request)
+    if not n or request.dtype != np.int32 or int(request[0]) != 0 or int(request[-1]) != n - 1:
+        return False
+    return bool(_is_identity(np.ascontiguousarray(request)))
+
+
+@njit(cache=True)
+def _is_identity(request):
+    bad = 0
+    for i in range(request.shape[0]):  # no early exit: the loop vectorises
+        bad |= request[i] ^ i
+    return bad == 0
+
+
+_READS = {}  # kernel code -> whether it reads its req_offsets argument
+
+
+def reads_offsets(kernel) -> bool:
+    """Whether a compiled KERNEL's code ever loads its `req_offsets` argument (only prefix-LRU
+    does); anything that is not a numba function with that argument counts as reading it."""
+    func = getattr(kernel, "py_func", None)
+    code = getattr(func, "__code__", None)
+    if code is None or code.co_argcount < 2:
+        return True
+    if code not in _READS:
+        name = code.co_varnames[1]
+        _READS[code] = name in code.co_cellvars or any(
+            ins.opname.startswith("LOAD") and name in (ins.argval if isinstance(ins.argval, tuple) else (ins.argval,))
+            for ins in dis.get_instructions(code)  # 3.12+ pairs loads: LOAD_FAST_LOAD_FAST (a, b)
+        )
+    return _READS[code]
+
+
 class Prepared:
-    """Per-trace arrays every replay needs, computed once for many (policy, capacity) runs."""
+    """Per-trace arrays every replay needs, computed once for many (policy, capacity) runs.
+
+    In a trace of one reference per request (`one_each`) the request offsets are 0..n and are
+    built only when something reads `offsets` (a kernel that reads them, the cost model), and a
+    replay's per-request hits are its hit flags: the result keeps the flags (`hit`, handed
+    over; the next replay gets a fresh array) and widens them only when `request_hits` is read.
+    """
 
     def __init__(self, trace: Trace):
         self.trace = trace
         self.block, self.n_blocks = dense_blocks(trace)
-        self.offsets = request_offsets(np.ascontiguousarray(trace.request), trace.n_requests)
+        self.one_each = one_reference_each(trace)
+        self._offsets = None
         self.weights = token_weights(trace)
         self.hit = np.zeros(len(self.block), dtype=np.uint8)
+        self._hit_state = "zero"  # "zero": fresh from np.zeros; "used": written; "lent": a result holds it
+
+    @property
+    def offsets(self) -> np.ndarray:
+        if self._offsets is None:
+            if self.one_each:
+                self._offsets = np.arange(len(self.block) + 1, dtype=np.int64)
+            else:
+                self._offsets = request_offsets(np.ascontiguousarray(self.trace.request), self.trace.n_requests)
+        return self._offsets
+
+    def kernel_offsets(self, kernel) -> np.ndarray:
+        """The offsets to hand `kernel`: the real ones when it reads them, else two entries."""
+        if self._offsets is not None or not self.one_each or reads_offsets(kernel):
+            return self.offsets
+        return np.array([0, len(self.block)], dtype=np.int64)
+
+    def fresh_hit(self) -> np.ndarray:
+        """The hit array for the next replay, all zeros."""
+        if self._hit_state == "lent":
+            self.hit = np.zeros(len(self.block), dtype=np.uint8)
+        elif self._hit_state == "used":
+            self.hit.fill(0)  # the contract asks kernels to write every flag; do not depend on it
+        self._hit_state = "used"
+        return self.hit
 
 
 def token_weights(trace: Trace) -> tuple[int | None, np.ndarray, int]:
@@ -148,14 +256,14 @@ def run_kernel(prep: Prepared, module: ModuleType, capacity: int, params: dict) 
             f"it takes {', '.join(allowed) if allowed else 'none'}"
         )
     check_params(module, params)
-    hit = prep.hit
-    hit.fill(0)  # the contract asks kernels to write every flag; do not depend on it
+    hit = prep.fresh_hit()
+    offsets = prep.kernel_offsets(module.KERNEL)
     start = time.perf_counter()
     try:
         if not all(v is None or isinstance(v, (int, float, np.number)) for v in params.values()):
             raise _NotANumber  # what numba refuses as a TypingError, refused before any kernel runs
         evictions, max_resident = module.KERNEL(
-            prep.block, prep.offsets, np.int64(prep.n_blocks), np.int64(capacity), hit, **params
+            prep.block, offsets, np.int64(prep.n_blocks), np.int64(capacity), hit, **params
         )
     except _typing_errors():
         given = ", ".join(f"{k}={v!r}" for k, v in params.items())
@@ -164,7 +272,38 @@ def run_kernel(prep: Prepared, module: ModuleType, capacity: int, params: dict) 
             f"({', '.join(allowed)})"
         ) from None
     seconds = time.perf_counter() - start
+    if prep.one_each and prep.weights[0] is not None:
+        prep._hit_state = "lent"  # the result keeps these flags as its request_hits
+        return _flag_result(prep.weights, module.NAME, capacity, hit, evictions, max_resident, seconds, params)
     return summarise(prep.offsets, prep.weights, module.NAME, capacity, hit, evictions, max_resident, seconds, params)
+
+
+def _flag_result(weights, name, capacity, hit, evictions, max_resident, seconds, extra) -> SimResult:
+    """`summarise` where request i is reference i and every reference weighs the same: each
+    request's hits are its one flag and its leading run of hits is that flag, so the figures
+    are the count of set flags, and request_hits is built from `hit` only when read."""
+    weight, _, total_tokens = weights
+    hits = int(np.count_nonzero(hit))
+    return _result(name, capacity, len(hit), hits, hits, hits * weight, total_tokens, evictions, max_resident,
+                   _HitsOfFlags(hit), seconds, extra)
+
+
+def _result(name, capacity, n, hits, prefix_hits, hit_tokens, total_tokens, evictions, max_resident,
+            request_hits, seconds, extra) -> SimResult:
+    return SimResult(
+        policy=name,
+        capacity=int(capacity),
+        references=n,
+        hits=hits,
+        block_hit_ratio=hits / n if n else 0.0,
+        token_hit_ratio=int(hit_tokens) / total_tokens if total_tokens else 0.0,
+        prefix_hit_ratio=int(prefix_hits) / n if n else 0.0,
+        evictions=int(evictions),
+        max_resident=int(max_resident),
+        request_hits=request_hits,
+        seconds=float(seconds),
+        extra=dict(extra),
+    )
 
 
 @njit(cache=True)
@@ -204,20 +343,8 @@ def summarise(offsets, weights, name, capacity, hit, evictions, max_resident, se
     hits = int(hits)
     if weight is not None:
         hit_tokens = hits * weight
-    return SimResult(
-        policy=name,
-        capacity=int(capacity),
-        references=n,
-        hits=hits,
-        block_hit_ratio=hits / n if n else 0.0,
-        token_hit_ratio=int(hit_tokens) / total_tokens if total_tokens else 0.0,
-        prefix_hit_ratio=int(prefix_hits) / n if n else 0.0,
-        evictions=int(evictions),
-        max_resident=int(max_resident),
-        request_hits=request_hits,
-        seconds=float(seconds),
-        extra=dict(extra),
-    )
+    return _result(name, capacity, n, hits, prefix_hits, hit_tokens, total_tokens, evictions, max_resident,
+                   request_hits, seconds, extra)
 
 
 def result_from_hits(trace: Trace, offsets, name, capacity, hit, evictions, max_resident, seconds, extra) -> SimResult:
