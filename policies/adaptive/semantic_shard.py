@@ -104,10 +104,10 @@ def replay_shards(block, req_shard, offsets, now, r0, r1, prev, nxt, head, tail,
                     if o != s:
                         cross[0] += 1
                     continue
-                _drop(prev, nxt, head, tail, size, owner, o, b)
+                _drop(prev, nxt, head, tail, size, owner, np.int64(o), b)  # shard ids as int64: one compile
                 expired[o] += 1
             hit[i] = 0
-            expired[s] += _expire_tail(prev, nxt, head, tail, size, owner, last_t, s, t, ttl)
+            expired[s] += _expire_tail(prev, nxt, head, tail, size, owner, last_t, np.int64(s), t, ttl)
             while size[s] >= cap[s] and size[s] > 0:
                 x = pop_tail(prev, nxt, head, tail, s)
                 size[s] -= 1

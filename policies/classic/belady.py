@@ -138,7 +138,7 @@ def replay_window(block, lo, hi, future, keys, blocks, pos, sc, capacity, hit):
         if p >= 0:
             hit[i] = 1
             keys[p] = future[i]  # its key grows from i (the smallest in the heap) to its next use
-            _sift_up(keys, blocks, pos, p)
+            _sift_up(keys, blocks, pos, np.int64(p))  # int64, as below: one compile
             continue
         hit[i] = 0
         if size >= capacity:

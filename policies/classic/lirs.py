@@ -69,7 +69,7 @@ def new_state(n_blocks):
     # A block's S and NH links share one 16-byte row: a miss that drops the oldest NH id
     # then unlinks it from S touches one cache line, not two (about twice as fast here).
     links = np.full((max(n_blocks, 1), 4), NIL, dtype=np.int32)
-    qp, qn, _, _ = new_lists(n_blocks, 1)  # list Q
+    qp, qn, _, _ = new_lists(n_blocks, np.int64(1))  # list Q
     fl = np.zeros(max(n_blocks, 1), dtype=np.uint8)
     st = np.zeros(10, dtype=np.int64)
     st[_SH] = st[_STL] = st[_QH] = st[_QT] = st[_NHH] = st[_NHT] = NIL

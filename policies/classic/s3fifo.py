@@ -45,7 +45,7 @@ _STATE, _FREQ, _GPOS = 0, 1, 2
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, small_ratio=0.1, ghost_ratio=0.9,
            move_to_main_threshold=2):
-    rows = new_rows(n_blocks, 4, 0)  # per block: state bits, access counter, ghost position
+    rows = new_rows(n_blocks, np.int64(4), np.int64(0))  # per block: state bits, access counter, ghost position
     # Small and main only ever lose their oldest block (a main block with a non-zero counter
     # goes straight back to the head), so each is a ring; the ghost loses ids anywhere.
     small = new_ring(capacity, n_blocks)

@@ -131,7 +131,7 @@ def ghost_add(ring, gpos, state, ghost, limit, x):
 
 @njit(cache=True)
 def KERNEL(block, req_offsets, n_blocks, capacity, hit, ain_ratio=0.25, aout_ratio=0.5):
-    rows = new_rows(n_blocks, 4, 2)  # per block: Am links, state bits, position in the A1out ring
+    rows = new_rows(n_blocks, np.int64(4), np.int64(2))  # per block: Am links, state bits, position in the A1out ring
     ain = new_ring(capacity, n_blocks)  # A1in only ever loses its oldest block: a ring
     aout = new_ghost(np.int64(capacity * aout_ratio))
     sc = np.zeros(11, dtype=np.int64)

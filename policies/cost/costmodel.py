@@ -265,13 +265,50 @@ _PARTITION_BELOW = 4096
 
 
 @njit(cache=True)
+def kth_smallest(a, k):
+    """The k-th smallest (0-based) of `a`, which it reorders: np.partition(a, k)[k], by a
+    Hoare quickselect (median-of-three pivot); a[k + 1:] then holds the larger ones. Here,
+    not np.partition, because numba's np.partition costs ~9 s more CPU to compile on a first
+    run (bench/README.md; signals.p99 uses this too)."""
+    lo = 0
+    hi = a.shape[0] - 1
+    while hi > lo:
+        mid = (lo + hi) >> 1
+        if a[mid] < a[lo]:
+            a[mid], a[lo] = a[lo], a[mid]
+        if a[hi] < a[lo]:
+            a[hi], a[lo] = a[lo], a[hi]
+        if a[hi] < a[mid]:
+            a[hi], a[mid] = a[mid], a[hi]
+        pivot = a[mid]
+        i = lo
+        j = hi
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while a[j] > pivot:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            return a[k]  # between the two parts: equal to the pivot
+    return a[k]
+
+
+@njit(cache=True)
 def _order_statistics(values, ranks, out):
     """out[j] = the ranks[j]-th smallest of `values`, exactly, without partitioning the whole
     array: a radix select on the float64 bit patterns (non-negative floats order as their bits
     do), 16 bits a pass, each pass counting per bucket and keeping each bucket's smallest and
     largest value. A rank is resolved when its bucket holds one value (the usual case for a
     trace's few distinct TTFTs), or, once its bucket holds at most `_GATHER` values, by
-    gathering them in the next pass and partitioning those. Two or three passes in all.
+    gathering them in the next pass and selecting among those (`kth_smallest`). Two or three passes in all.
     Returns False, `out` unset, when a value is negative (-0.0 included) or NaN: the caller
     then partitions the whole array."""
     bits = values.view(np.uint64)
@@ -344,7 +381,7 @@ def _order_statistics(values, ranks, out):
                 continue
             g = group[j]
             if gather[g]:
-                out[j] = np.partition(gathered[start[g]:start[g + 1]], within[j])[within[j]]
+                out[j] = kth_smallest(gathered[start[g]:start[g + 1]], within[j])
                 done[j] = True
                 continue
             h = 0
