@@ -23,13 +23,38 @@ for _i in range(64):
     _DEBRUIJN[((1 << _i) * _DEBRUIJN_MUL % (1 << 64)) >> 58] = _i
 
 
+@njit(cache=True, inline="always")
+def sample_mask(k):
+    """The mask `in_sample` takes for a sample of 1/2**k of the blocks."""
+    return np.uint64((1 << k) - 1)
+
+
+@njit(cache=True, inline="always")
+def in_sample(b, mask):
+    """The sampling rule: block id `b` is sampled when the top 16 bits of b * GOLDEN, under
+    `mask` (`sample_mask`), are 0. `sample_refs` and the streamed shadows (sits_stream.py) use it."""
+    return ((np.uint64(b) * GOLDEN) >> np.uint64(48) & mask) == 0
+
+
+@njit(cache=True, inline="always")
+def first_use_code(code, b, m):
+    """Block `b`'s dense code (code: block -> code, -1 none yet; m codes so far), assigning the
+    next one on its first use; returns (its code, m)."""
+    d = code[b]
+    if d < 0:
+        d = m
+        code[b] = m
+        m += 1
+    return d, m
+
+
 @njit(cache=True)
 def sample_refs(block, n_blocks, k, bounds):
     """The spatial sample: references to blocks whose hash (the top 16 bits of id * GOLDEN) falls in 1/2**k
     of the space, over windows `bounds` (reference offsets, ascending). No temporary the
     size of the trace. Returns (those references renumbered densely 0..m-1 in order of
     first use, m, cuts: sampled references before each bound)."""
-    mask = np.uint64((1 << k) - 1)
+    mask = sample_mask(k)
     lo = bounds[0]
     view = block[lo:bounds[bounds.shape[0] - 1]]  # loops over range(len) index without wraparound checks
     # One bit per reference, 64 to a word, in a branch-free pass the compiler vectorises; then
@@ -41,12 +66,12 @@ def sample_refs(block, n_blocks, k, bounds):
         word = np.uint64(0)
         base = wd << 6
         for t in range(64):
-            taken = ((np.uint64(view[base + t]) * GOLDEN) >> np.uint64(48) & mask) == 0
+            taken = in_sample(view[base + t], mask)
             word |= np.uint64(taken) << np.uint64(t)
             c += taken
         bits[wd] = word
     for i in range(words << 6, view.shape[0]):
-        c += ((np.uint64(view[i]) * GOLDEN) >> np.uint64(48) & mask) == 0
+        c += in_sample(view[i], mask)
     index = np.empty(c, dtype=np.int64)
     j = 0
     for wd in range(words):
@@ -57,7 +82,7 @@ def sample_refs(block, n_blocks, k, bounds):
             j += 1
             word ^= low
     for i in range(words << 6, view.shape[0]):
-        if ((np.uint64(view[i]) * GOLDEN) >> np.uint64(48) & mask) == 0:
+        if in_sample(view[i], mask):
             index[j] = i
             j += 1
     cuts = np.searchsorted(index, bounds - lo)
@@ -65,13 +90,7 @@ def sample_refs(block, n_blocks, k, bounds):
     dense = np.empty(c, dtype=np.int32)
     m = 0
     for j in range(c):
-        b = view[index[j]]
-        d = code[b]
-        if d < 0:
-            d = m
-            code[b] = m
-            m += 1
-        dense[j] = d
+        dense[j], m = first_use_code(code, view[index[j]], m)
     return dense, m, cuts
 
 

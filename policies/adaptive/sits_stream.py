@@ -37,10 +37,9 @@ from ..classic.arc import RECENCY, SCAN, new_state, replay_recency, replay_scan
 from ..cost.costmodel import CostModel
 from ..engine.capacity import check_capacity
 from ..errors import PolicyEngineError
-from ..traces.hashing import GOLDEN
 from ..traces.trace import DEFAULT_BLOCK_TOKENS
 from .hybrid import HybridCache
-from .shadows import shadow_shift
+from .shadows import first_use_code, in_sample, sample_mask, shadow_shift
 from .signals import P99_SAMPLE, window_signals
 from .sits import BEHAVIOURS, Controller, SitsConfig
 
@@ -74,19 +73,14 @@ def _window_starts(times, g0, t0, window_s, refs, st, out):
 
 @njit(cache=True)
 def _sample(block, lo, hi, k, scode, m, out):
-    """The references lo..hi-1 to sampled blocks (shadows.sample_refs's rule), as first-use
-    codes (scode: block -> code, -1 none yet; m codes so far). Returns (count, m)."""
-    mask = np.uint64((1 << k) - 1)
+    """The references lo..hi-1 to sampled blocks (shadows.sample_refs's rule, `in_sample`), as
+    first-use codes (scode: block -> code, -1 none yet; m codes so far). Returns (count, m)."""
+    mask = sample_mask(k)
     c = 0
     for i in range(lo, hi):
         b = block[i]
-        if ((np.uint64(b) * GOLDEN) >> np.uint64(48) & mask) == 0:
-            d = scode[b]
-            if d < 0:
-                d = m
-                scode[b] = m
-                m += 1
-            out[c] = d
+        if in_sample(b, mask):
+            out[c], m = first_use_code(scode, b, m)
             c += 1
     return c, m
 

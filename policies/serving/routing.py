@@ -306,14 +306,12 @@ def routed_document(trace, path, fmt, instances: int, routing: str = "round-robi
     from ..engine.capacity import parse_capacities
     from .reblock import reblock
     from .scheduler import replay_row
-    from .summary import _policies, engine_document
+    from .summary import _policies, engine_document, sits_options
 
     routing = check_routing(instances, routing)
     s = (settings or RouterSettings()).checked()
     names = _policies(policies)
-    sits_args = {k: v for k, v in (("window_s", window_s), ("threshold", threshold), ("sits", sits)) if v}
-    if sits_args and "sits" not in names:
-        raise ServingReplayError(f"{', '.join(sits_args)} drive -p sits only; add sits to -p {','.join(names)}")
+    sits_args = sits_options(names, window_s, threshold, sits)
     rb = reblock(trace, block_tokens)
     caps = parse_capacities(capacities, rb.n_ids)
     rows, agg = [], []

@@ -20,21 +20,32 @@ def _policies(text: str) -> list[str]:
     return names
 
 
+def sits_options(names: list[str], window_s=None, threshold=False, sits=None) -> dict:
+    """The options that drive -p sits only (`window_s`, `threshold`, `sits`: SitsConfig fields,
+    threshold_*), those given, for run_replay / run_routed of sits; given without sits in
+    `names`: `ServingReplayError`. `policy replay`'s one check, with or without --instances."""
+    given = {k: v for k, v in (("window_s", window_s), ("threshold", threshold), ("sits", sits))
+             if v is not None and v is not False and v != {}}  # window_s=0 is given (and refused later)
+    if given and "sits" not in names:
+        from ..errors import ServingReplayError
+
+        flags = ", ".join({"window_s": "--window-s", "threshold": "--threshold", "sits": "the SITS options"}[k]
+                          for k in given)
+        raise ServingReplayError(f"{flags} drive -p sits only (not -p {','.join(names)}): add sits to -p")
+    return given
+
+
 def replay_document(trace, path, fmt, engine="vllm", policies="lru", capacities="10%", block_tokens=16,
                     rate_scale=1.0, max_num_batched_tokens=8192, max_num_seqs=256, calibration=None, model=None,
                     seed=0, window_s=None, threshold=False, sits=None) -> dict:
     """`window_s`, `threshold` and `sits` (SitsConfig fields, threshold_*) drive -p sits only."""
     names = _policies(policies)
-    if (window_s is not None or threshold or sits) and "sits" not in names:
-        from ..errors import ServingReplayError
-
-        raise ServingReplayError(f"--threshold and --window-s drive -p sits (not -p {','.join(names)}); "
-                                 "add sits to -p")
+    sits_args = sits_options(names, window_s, threshold, sits)
     rb = reblock(trace, block_tokens)
     caps = parse_capacities(capacities, rb.n_ids)
     rows = []
     for policy in names:
-        adaptive = {"window_s": window_s, "threshold": threshold, "sits": sits} if policy == "sits" else {}
+        adaptive = sits_args if policy == "sits" else {}
         for cap in caps:
             res = run_replay(trace, policy, cap, engine=engine, block_tokens=block_tokens, rate_scale=rate_scale,
                              max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
