@@ -16,7 +16,27 @@ import pytest
 
 from sitsprof.policies.registry import get_policy
 from sitsprof.policies.serving.adaptive import lirs_to_sits, windowed
-from sitsprof.policies.serving.evictors import _BEHAV, _N0, _PINNED, _T1, _T2, SCAN, SITS
+from sitsprof.policies.serving.evictors import (
+    _B1,
+    _BEHAV,
+    _CAP,
+    _N0,
+    _PARKED,
+    _PINNED,
+    _T1,
+    _T2,
+    ARC,
+    RECENCY,
+    SCAN,
+    SITS,
+    ev_admit,
+    ev_hit,
+    ev_miss,
+    ev_pin,
+    ev_unpin,
+    ev_victim,
+)
+from sitsprof.policies.serving.evictors import new_state as new_evictor
 from sitsprof.policies.serving.reblock import reblock
 from sitsprof.policies.serving.scheduler import DONE, run_replay
 from sitsprof.policies.traces.detect import read_trace
@@ -253,3 +273,146 @@ def test_report_draws_the_sits_decisions(tmp_path):
     saved.write_text(json.dumps(bad))
     with pytest.raises(Exception, match="sits events"):
         read_results(saved)
+
+
+# ---------------------------------------------------------------- issue 11: ARC / SITS list bookkeeping
+
+
+def _check_lists(S, cached, where):
+    """ARC / SITS invariants: each list T1, T2, B1, B2 walks head to tail with consistent links;
+    its size sc[_N0 + q] is its linked members plus its parked (pinned, off-list) ones; cnt[x] is
+    q for exactly those; ghosts are never parked; the resident blocks (T1, T2) are the pool's
+    cached blocks."""
+    prev, nxt, flag, cnt, *_, sc, fp = S
+    linked = np.full(len(cnt), -2, dtype=np.int64)
+    parked = (flag & _PARKED) != 0
+    for q in range(4):
+        x, k, last = int(sc[2 * q]), 0, -1
+        while x != -1:
+            assert linked[x] == -2, f"{where}: block {x} linked in list {q} and list {linked[x]}"
+            assert prev[x] == last, f"{where}: list {q}: prev[{x}] = {prev[x]}, not {last}"
+            linked[x], k, last, x = q, k + 1, x, int(nxt[x])
+        assert int(sc[2 * q + 1]) == last, f"{where}: list {q}: tail {sc[2 * q + 1]}, walked to {last}"
+        n_parked = int((parked & (cnt == q)).sum())
+        assert sc[_N0 + q] == k + n_parked, f"{where}: list {q} counts {sc[_N0 + q]}, holds {k} + {n_parked} parked"
+        assert int((cnt == q).sum()) == k + n_parked, f"{where}: cnt codes {q} vs list {q}"
+    assert not (linked[parked] >= 0).any() and (cnt[parked] <= _T2).all(), f"{where}: parked block on a list"
+    on = linked >= 0
+    assert np.array_equal(cnt[on], linked[on]), f"{where}: cnt disagrees with list membership"
+    assert np.array_equal((cnt == _T1) | (cnt == _T2), cached[: len(cnt)] != 0), f"{where}: resident != cached"
+    assert 0.0 <= fp[0] <= sc[_CAP]
+
+
+def _checked(inner, seen):
+    """A driver running `inner` with the list invariants checked before and after every window
+    (before: a state just swapped in, the LIRS -> SITS back buffer, is checked too)."""
+    def run_it(run, meta):
+        adv = run.advance
+
+        def advance(t):
+            if run.pid in (ARC, SITS):
+                _check_lists(run.S, run.pool[1], f"before t={t:.3f}")
+            end = adv(t)
+            if run.pid in (ARC, SITS):
+                _check_lists(run.S, run.pool[1], f"after t={end:.3f}")
+                seen.append(int(run.S[8][_BEHAV]) if run.pid == SITS else -1)
+            return end
+        run.advance = advance
+        return inner(run, meta)
+    return run_it
+
+
+@pytest.mark.parametrize("pid,behav", [(ARC, SCAN), (SITS, SCAN), (SITS, RECENCY)])
+def test_a_ghost_since_its_miss_admitted_leaves_its_ghost_list(pid, behav):
+    """The pool's order for a block recomputed beside a cached copy (a request past its
+    prefix's first miss): the miss is looked up while the id is cached (no ev_miss), the copy
+    is evicted into B1, then the full block is admitted. Before the fix ev_admit pushed it onto
+    T1 still linked in B1: B1's count kept it, its links did not, and a later ghost hit divided
+    by a B1 count of 0 (`policy replay bundled:mooncake -p sits -c 2%`)."""
+    S = new_evictor(pid, 8, 3)
+    cached = np.zeros(8, dtype=np.uint8)
+    S[8][_BEHAV] = SCAN
+    for x in (0, 1):  # looked up, missed, cached, freed
+        ev_miss(pid, S, x)
+        ev_admit(pid, S, x)
+        ev_unpin(pid, S, x)
+        cached[x] = 1
+    ev_pin(pid, S, 1)
+    ev_hit(pid, S, 1)  # 1 to T2
+    ev_unpin(pid, S, 1)
+    # a request recomputes 0 privately (0 is cached: no lookup; a free slot of the 3);
+    # block 2 misses, the pool is full: 0 is the victim, to B1
+    ev_miss(pid, S, 2)
+    assert ev_victim(pid, S) == 0 and S[3][0] == _B1
+    cached[0] = 0
+    ev_admit(pid, S, 2)
+    ev_unpin(pid, S, 2)
+    cached[2] = 1
+    _check_lists(S, cached, "0 in B1")
+    S[8][_BEHAV] = behav
+    ev_admit(pid, S, 0)  # the private copy's block is full: cached, 0 is not cached any more
+    cached[0] = 1
+    _check_lists(S, cached, "0 admitted")
+    assert S[3][0] == _T2  # its admission is its ghost hit
+    ev_unpin(pid, S, 0)
+    _check_lists(S, cached, "0 freed")
+    for _ in range(2):  # and the lists serve on: the two oldest unpinned blocks leave
+        v = ev_victim(pid, S)
+        cached[v] = 0
+        _check_lists(S, cached, f"{v} evicted")
+
+
+@pytest.fixture(scope="module")
+def mooncake_prefix(tmp_path_factory):
+    """The bundled Mooncake trace's first 500 requests (the 2% pool lost B1's count at t = 31 s)."""
+    import lzma
+
+    from conftest import MOONCAKE
+    p = tmp_path_factory.mktemp("mooncake") / "prefix.jsonl"
+    with lzma.open(MOONCAKE, "rt") as f:
+        p.write_text("".join(next(f) for _ in range(500)))
+    trace = read_trace(p)
+    return trace, reblock(trace, 16)
+
+
+def _toggling(window_s, first, period):
+    """Windows of `window_s` simulated seconds, the sits behaviour switched every `period`
+    windows (from `first`): switches in both directions, many times, whatever the controller
+    would decide (on a 500-request prefix it holds)."""
+    def run_it(run, meta):
+        a0 = float(run.arrival[0])
+        k = 0
+        while not run.finished:
+            run.S[8][_BEHAV] = first if (k // period) % 2 == 0 else 1 - first
+            run.advance(a0 + (np.floor((max(run.now, a0) - a0) / window_s) + 1) * window_s)
+            k += 1
+        return run.result(meta, 0.0)
+    return run_it
+
+
+def test_arc_and_sits_lists_stay_consistent_on_mooncake(mooncake_prefix):
+    trace, rbm = mooncake_prefix
+    cap = max(rbm.n_ids // 50, 1)  # -c 2%
+    seen = []
+    arc = run_replay(trace, "arc", cap, reblocked=rbm, driver=_checked(windowed(1.0), seen))
+    assert arc.summary()["evictions"] > 10_000 and len(seen) > 20
+    for first, period in ((SCAN, 3), (RECENCY, 5)):
+        seen = []
+        res = run_replay(trace, "sits", cap, reblocked=rbm, driver=_checked(_toggling(1.0, first, period), seen))
+        assert res.summary()["evictions"] > 10_000
+        steps = set(zip(seen, seen[1:]))
+        assert (SCAN, RECENCY) in steps and (RECENCY, SCAN) in steps  # each window checked
+
+
+def test_lists_stay_consistent_across_the_threshold_switch(mooncake_prefix):
+    """LIRS serves until the threshold engine fires; the back buffer (lirs_to_sits: NH -> B1,
+    some of them blocks still being computed) is checked as it is swapped in, then every window."""
+    from sitsprof.policies.serving.adaptive import drive
+
+    trace, rbm = mooncake_prefix
+    cap = max(rbm.n_ids // 50, 1)
+    seen = []
+    res = run_replay(trace, "lirs", cap, reblocked=rbm, rate_scale=4.0,
+                     driver=_checked(lambda run, meta: drive(run, meta, window_s=1.0, threshold=True), seen))
+    x = res.extra["sits"]
+    assert x["threshold"]["fired"] and x["threshold"]["rollbacks"] == 0 and len(seen) > 5

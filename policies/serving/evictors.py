@@ -230,19 +230,27 @@ def ev_miss(pid, S, x):
             sc[_MISS_GHOST] = 1
             flag[x] |= _PEND_G
     elif pid == ARC or pid == SITS:  # noqa: SIM109 (SITS: ghost hits adapt p in both behaviours)
-        w = cnt[x]
-        if w == _B1:
-            fp[0] = min(fp[0] + max(sc[_N3] / sc[_N2], 1.0), float(sc[_CAP]))
-            _unlink(prev, nxt, sc, _B1, x)
-            cnt[x] = NIL
-            sc[_MISS_GHOST] = 1
-            flag[x] |= _PEND_G
-        elif w == _B2:
-            fp[0] = max(fp[0] - max(sc[_N2] / sc[_N3], 1.0), 0.0)
-            _unlink(prev, nxt, sc, _B2, x)
-            cnt[x] = NIL
-            sc[_MISS_GHOST] = 2
-            flag[x] |= _PEND_G | _PEND_B2
+        sc[_MISS_GHOST] = _arc_ghost_hit(prev, nxt, flag, cnt, sc, fp, x)
+
+
+@njit(cache=True, inline="always")
+def _arc_ghost_hit(prev, nxt, flag, cnt, sc, fp, x):
+    """ARC / SITS: x in B1 or B2 leaves its ghost list, adapting p, marked to be admitted to T2;
+    returns 1 (B1), 2 (B2) or 0 (no ghost)."""
+    w = cnt[x]
+    if w == _B1:
+        fp[0] = min(fp[0] + max(sc[_N3] / sc[_N2], 1.0), float(sc[_CAP]))
+        _unlink(prev, nxt, sc, _B1, x)
+        cnt[x] = NIL
+        flag[x] |= _PEND_G
+        return 1
+    if w == _B2:
+        fp[0] = max(fp[0] - max(sc[_N2] / sc[_N3], 1.0), 0.0)
+        _unlink(prev, nxt, sc, _B2, x)
+        cnt[x] = NIL
+        flag[x] |= _PEND_G | _PEND_B2
+        return 2
+    return 0
 
 
 @njit(cache=True, inline="always")
@@ -268,6 +276,14 @@ def ev_admit(pid, S, x):
             sc[_N0] += 1
         cnt[x] = 0
     elif pid == ARC or pid == SITS:  # noqa: SIM109
+        # x may have become a ghost since its miss was looked up: the pool looks a block up when
+        # it allocates its slot and caches it when the block is full, steps later; meanwhile
+        # another request's cached copy of the id (which a request past its prefix's first miss
+        # recomputes privately) can be evicted into B1/B2, and the LIRS -> SITS back buffer puts
+        # the NH blocks still being computed into B1. Its admission is then its ghost hit
+        # (`_arc_ghost_hit`); pushed onto T1/T2 while still linked in a ghost list it would
+        # corrupt both lists and their counts (issue 11: B1's count 0 with a block in B1).
+        _arc_ghost_hit(prev, nxt, flag, cnt, sc, fp, x)
         if flag[x] & _PEND_G or (pid == SITS and sc[_BEHAV] == RECENCY):  # recency: one LRU list, T2
             _push_head(prev, nxt, sc, _T2, x)
             cnt[x] = _T2
