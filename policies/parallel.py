@@ -169,20 +169,38 @@ def _worker_run(task, item, shared):
 
 
 def _compact(result):
-    """A result to send back: its ``request_hits`` (per-request hit counts, as long as the
-    trace's requests) in the smallest unsigned type that holds them (`_expand` restores it)."""
-    hits = getattr(result, "request_hits", None)
-    if not isinstance(hits, np.ndarray) or hits.dtype.kind not in "iu" or not len(hits) or int(hits.min()) < 0:
-        return result
-    small = np.min_scalar_type(int(hits.max()))
-    if small.itemsize >= hits.itemsize:
-        return result
-    dtype = hits.dtype.str
-    result.request_hits = hits.astype(small)
-    return ("compact", result, dtype)
+    """A result to send back, small. Per-request hit counts that are all 0 or 1 (always so in a
+    trace of one reference per request, whose unbuilt ``request_hits`` are the replay's hit
+    flags) go bit-packed, 8 to a byte, and arrive unbuilt (widened to int32 when first read);
+    other counts go in the smallest unsigned type that holds them. `_expand` restores either."""
+    from .engine.replay import hit_flags_of
+
+    flags = hit_flags_of(result)
+    if flags is None:
+        hits = getattr(result, "request_hits", None)
+        if not isinstance(hits, np.ndarray) or hits.dtype.kind not in "iu" or not len(hits) or int(hits.min()) < 0:
+            return result
+        top = int(hits.max())
+        if top <= 1 and hits.dtype == np.int32:
+            flags = hits
+        else:
+            small = np.min_scalar_type(top)
+            if small.itemsize >= hits.itemsize:
+                return result
+            dtype = hits.dtype.str
+            result.request_hits = hits.astype(small)
+            return ("compact", result, dtype)
+    result.request_hits = np.empty(0, dtype=np.int32)  # the flags travel packed beside it
+    return ("bits", result, np.packbits(flags != 0), len(flags))
 
 
 def _expand(sent):
+    if isinstance(sent, tuple) and len(sent) == 4 and sent[0] == "bits":
+        from .engine.replay import set_hit_flags
+
+        _, result, bits, n = sent
+        set_hit_flags(result, np.unpackbits(bits, count=n))
+        return result
     if isinstance(sent, tuple) and len(sent) == 3 and sent[0] == "compact":
         _, result, dtype = sent
         result.request_hits = result.request_hits.astype(np.dtype(dtype))

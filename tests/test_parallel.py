@@ -210,3 +210,32 @@ def test_local_dask_cluster_matches_serial(trace):
     assert _plain(remote) == _plain(serial)
     assert [c[0] for c in calls] == list(range(1, len(serial) + 1))
     assert _plain(plain) == _plain(sweep.simulate_many(trace, policies[:3], caps))
+
+
+def test_results_travel_small_and_arrive_equal():
+    # what a worker sends back: 0/1 hit counts bit-packed (8 to a byte), other counts in the
+    # smallest unsigned type; what arrives equals what was sent, field for field
+    import pickle
+
+    from sitsprof.policies.engine.replay import SimResult, hit_flags_of, set_hit_flags
+
+    rng = np.random.default_rng(3)
+
+    def result(hits):
+        return SimResult("lru", 10, len(hits), int(hits.sum()), 0.5, 0.5, 0.5, 1, 10, hits, 0.1)
+
+    flags = (rng.random(100_003) < 0.3).astype(np.uint8)
+    lazy = result(np.zeros(0, dtype=np.int32))
+    set_hit_flags(lazy, flags.copy())
+    built = result((flags != 0).astype(np.int32))
+    counts = result(rng.integers(0, 200, 5_001).astype(np.int32))
+    for original in (lazy, built, counts):
+        want = original.request_hits.copy()
+        sent = parallel._compact(pickle.loads(pickle.dumps(original)))
+        size = len(pickle.dumps(sent))
+        back = parallel._expand(pickle.loads(pickle.dumps(sent)))
+        assert back.request_hits.dtype == np.int32 and np.array_equal(back.request_hits, want)
+        assert back.to_dict(request_hits=True) == original.to_dict(request_hits=True)
+        assert size < want.nbytes / (16 if want.max() <= 1 else 3)
+    arrived = parallel._expand(parallel._compact(pickle.loads(pickle.dumps(built))))
+    assert hit_flags_of(arrived) is not None  # 0/1 counts arrive unbuilt: nothing widened in the parent

@@ -93,6 +93,18 @@ class _HitsOfFlags:
         return (self.flags != 0).astype(np.int32)
 
 
+def hit_flags_of(result) -> np.ndarray | None:
+    """The hit flags (1 byte a reference) behind a one-reference-per-request result whose
+    `request_hits` has not been built yet, else None (the parallel sweep sends these bit-packed)."""
+    value = getattr(result, "__dict__", {}).get("_request_hits")
+    return value.flags if isinstance(value, _HitsOfFlags) else None
+
+
+def set_hit_flags(result, flags: np.ndarray) -> None:
+    """Give `result` the lazy `request_hits` of these hit flags (the inverse of `hit_flags_of`)."""
+    result.__dict__["_request_hits"] = _HitsOfFlags(flags)
+
+
 def _get_request_hits(self) -> np.ndarray:
     value = self.__dict__["_request_hits"]
     if isinstance(value, _HitsOfFlags):
