@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import sys
 import time
 import uuid as uuidlib
@@ -35,6 +34,15 @@ from pathlib import Path
 from sitsprof.common import jsonout
 from sitsprof.common.atomic import atomic_write_text
 from sitsprof.pmu.errors import PmuError
+
+
+def _hostname() -> str:
+    """This machine's name, as the lock entries record it (socket is imported only here: every
+    command checks for stale locks at start, and most never need a socket)."""
+    import socket
+
+    return socket.gethostname()
+
 
 try:
     import fcntl
@@ -131,7 +139,7 @@ def new_record(index: int, uuid: str, resolved: dict, before: dict, persistent: 
     drops the lock when the last process using the GPU exits."""
     pid = os.getpid()
     return {
-        "uuid": uuid, "index": index, "pid": pid, "host": socket.gethostname(),
+        "uuid": uuid, "index": index, "pid": pid, "host": _hostname(),
         "boot_id": boot_id(), "pid_start": process_start(pid), "lock_id": uuidlib.uuid4().hex,
         "persistent": persistent, "persistence_mode": persistence_mode,
         "changed": [k for k in ("sm", "memory") if resolved.get(k) is not None],
@@ -215,7 +223,7 @@ def read_entry(path: Path) -> dict | None:
         if isinstance(raw, dict) and isinstance(raw.get("uuid"), str):
             entry["uuid"] = raw["uuid"]
         return entry
-    if raw.get("host") not in (None, socket.gethostname()):
+    if raw.get("host") not in (None, _hostname()):
         return None  # a shared home folder: another machine's GPU
     state, why = classify(raw)
     return {**raw, "path": str(path), "state": state, "stale": state == STALE, "problem": why}
@@ -238,7 +246,7 @@ def lock_records() -> list[dict]:
 
 def describe_holder(entry: dict) -> str:
     """"pid 123 on host, `sitsprof run ...`, since 2026-...": who took the lock in `entry`."""
-    return (f"pid {entry.get('pid')} on {entry.get('host') or socket.gethostname()}, "
+    return (f"pid {entry.get('pid')} on {entry.get('host') or _hostname()}, "
             f"`{entry.get('command_line') or '?'}`, since {entry.get('locked_at') or '?'}")
 
 
@@ -359,7 +367,7 @@ def _release(path: Path, lock_id: str) -> dict | None:
 
 def reset_by_me() -> dict:
     """What `sitsprof clocks reset --force` writes into a live run's record."""
-    return {"pid": os.getpid(), "host": socket.gethostname(), "command_line": shlex.join(sys.argv),
+    return {"pid": os.getpid(), "host": _hostname(), "command_line": shlex.join(sys.argv),
             "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
