@@ -368,7 +368,7 @@ def _keep_trace_block_tokens(ctx, param, value):
               help="Prefix-cache rules: vLLM v1's block pool, or SGLang's radix cache.")
 @click.option("--policy", "-p", "policy_text", default=REPLAY_POLICIES, show_default=True,
               help="Comma-separated policies ordering the evictable blocks: lru (vLLM's own order), fifo, sieve, "
-                   "s3fifo, arc, lirs, lfu, sits (adaptive, per --window-s), or all.")
+                   "s3fifo, arc, lirs, lfu, sits (adaptive, per --window), or all.")
 @click.option("--capacity", "-c", "capacity_text", default="10%", show_default=True,
               help="Comma-separated pool sizes in KV blocks (100k) or % of the re-blocked trace's distinct blocks.")
 @click.option("--block-tokens", "kv_block_tokens", type=click.IntRange(min=1), default=16, show_default=True,
@@ -390,8 +390,8 @@ def _keep_trace_block_tokens(ctx, param, value):
 @click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES, case_sensitive=False), default=None,
               help="Trace format (default: from the file name, else from its content).")
 @click.option("--json", "as_json", is_flag=True, help="Print one policy-results JSON document (its 'replay' list).")
-@click.option("--window-s", type=float, default=None,
-              help="sits: the controller's decision window in simulated seconds (default 10).")
+@click.option("--window", "--window-s", "window_s", type=DURATION, default=None,
+              help="sits: the controller's decision window in simulated time (10s, 1m; default 10s).")
 @click.option("--threshold", "threshold", is_flag=True, default=False,
               help="sits: serve LIRS until the dynamic threshold engine, reading each window's P99 TTFT, "
                    "hot-switches to SITS.")
@@ -403,9 +403,9 @@ def _keep_trace_block_tokens(ctx, param, value):
 @click.option("--routing", default=None, help="With --instances: round-robin (default) or prefix (cache-aware).")
 @click.option("--cache-threshold", type=float, default=0.5, show_default=True,
               help="prefix routing: the least matched share of the prompt that routes to the best match.")
-@click.option("--router-ttl", default="120s", show_default=True,
+@click.option("--router-ttl", type=DURATION, default="120s", show_default=True,
               help="prefix routing: how long the router remembers a block it sent to an instance.")
-@click.option("--load-window", default="60s", show_default=True,
+@click.option("--load-window", type=DURATION, default="60s", show_default=True,
               help="prefix routing: an instance's load is the requests sent to it in this last window.")
 @click.option("--balance-abs", type=int, default=32, show_default=True,
               help="prefix routing: imbalanced when max - min load exceeds this ...")
@@ -448,20 +448,13 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
 def _routed_replay(trace_path, fmt, skip_bad_lines, as_json, instances, routing, cache_threshold, router_ttl,
                   load_window, balance_abs, balance_rel, **replay) -> None:
     """`policy replay --instances N [--routing R]`: the router's settings checked before the trace is read."""
-    from sitsprof.common.durations import parse_duration
     from sitsprof.policies.errors import ServingReplayError
     from sitsprof.policies.serving.routing import RouterSettings, check_routing, routed_document, routed_table
 
     if instances is None:
         raise ServingReplayError(f"--routing {routing} routes between instances; add --instances N (--instances 4)")
     routing = check_routing(instances, routing or "round-robin")
-    durations = {}
-    for name, text in (("--router-ttl", router_ttl), ("--load-window", load_window)):
-        try:
-            durations[name] = parse_duration(text, positive=True)
-        except ValueError as exc:
-            raise ServingReplayError(f"{name}: {exc}") from None
-    settings = RouterSettings(ttl_s=durations["--router-ttl"], load_window_s=durations["--load-window"],
+    settings = RouterSettings(ttl_s=router_ttl, load_window_s=load_window,
                               balance_abs=balance_abs, balance_rel=balance_rel,
                               cache_threshold=cache_threshold).checked()
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)

@@ -239,13 +239,13 @@ def test_sits_in_the_replay_document_and_cli(tmp_path, capsys):
     out = tmp_path / "doc.json"
     out.write_text(json.dumps(doc))
     read_results(out)
-    assert main(["policy", "replay", str(path), "-p", "sits", "-c", "400", "--threshold", "--window-s", "2",
+    assert main(["policy", "replay", str(path), "-p", "sits", "-c", "400", "--threshold", "--window", "2",
                  "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["replay"][0]
     assert row["sits"]["threshold"] is not None and row["sits"]["window_s"] == 2.0
     assert main(["policy", "replay", str(path), "-p", "lru", "--threshold"]) == 2
     assert "drive -p sits" in capsys.readouterr().err
-    assert main(["policy", "replay", str(path), "-p", "sits", "--window-s", "0"]) == 2
+    assert main(["policy", "replay", str(path), "-p", "sits", "--window", "0"]) == 2
 
 
 def test_report_draws_the_sits_decisions(tmp_path):

@@ -1,5 +1,5 @@
 """`policy replay`'s sits-only options have one check (summary.sits_options), with or without
---instances: the same refusal naming the options given, and --window-s 0 reaches sits's own
+--instances: the same refusal naming the options given, and --window 0 reaches sits's own
 check on both paths (the routed path used to drop a falsy value silently)."""
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def trace(tmp_path_factory):
 def test_one_refusal_with_or_without_instances(trace, capsys, instances):
     from sitsprof.cli.main import main
 
-    assert main(["policy", "replay", str(trace), "-p", "lru,fifo", "--window-s", "2", *instances]) == 2
+    assert main(["policy", "replay", str(trace), "-p", "lru,fifo", "--window", "2", *instances]) == 2
     err = capsys.readouterr().err
-    assert "--window-s drive -p sits only (not -p lru,fifo): add sits to -p" in err
-    assert main(["policy", "replay", str(trace), "-p", "sits", "-c", "200", "--window-s", "0", *instances]) == 2
+    assert "--window drive -p sits only (not -p lru,fifo): add sits to -p" in err
+    assert main(["policy", "replay", str(trace), "-p", "sits", "-c", "200", "--window", "0", *instances]) == 2
     assert "window" in capsys.readouterr().err

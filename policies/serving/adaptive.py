@@ -163,7 +163,7 @@ def drive(run, meta, window_s: float = WINDOW_S, threshold: bool = False, calibr
     windows of `window_s` simulated seconds with the SITS controller (and the threshold
     engine) between windows; returns the ReplayResult with `extra["sits"]`."""
     if not np.isfinite(window_s) or window_s <= 0:
-        raise ServingReplayError(f"--window-s {window_s}: must be a positive number of simulated seconds (10)")
+        raise ServingReplayError(f"--window {window_s}: must be a positive number of simulated seconds (10)")
     knobs = {k[len("threshold_"):]: params.pop(k) for k in list(params) if k.startswith("threshold_")}
     knobs = {k: v for k, v in knobs.items() if v is not None}
     try:

@@ -483,7 +483,7 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "
         raise ReplayError("--max-num-batched-tokens and --max-num-seqs must be at least 1")
     pid = POLICY_IDS[policy]
     if (threshold or window_s is not None or sits) and pid != SITS:
-        raise ReplayError(f"--threshold, --window-s and the SITS options drive -p sits (not -p {policy})")
+        raise ReplayError(f"--threshold, --window and the SITS options drive -p sits (not -p {policy})")
     if pid == SITS and driver is None:
         from .adaptive import WINDOW_S
         from .adaptive import driver as sits_driver

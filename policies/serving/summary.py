@@ -29,7 +29,7 @@ def sits_options(names: list[str], window_s=None, threshold=False, sits=None) ->
     if given and "sits" not in names:
         from ..errors import ServingReplayError
 
-        flags = ", ".join({"window_s": "--window-s", "threshold": "--threshold", "sits": "the SITS options"}[k]
+        flags = ", ".join({"window_s": "--window", "threshold": "--threshold", "sits": "the SITS options"}[k]
                           for k in given)
         raise ServingReplayError(f"{flags} drive -p sits only (not -p {','.join(names)}): add sits to -p")
     return given
