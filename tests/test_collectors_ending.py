@@ -25,6 +25,16 @@ from sitsprof.common.signals import Terminated, signals_deferred
 RUNNER = Path(__file__).resolve().parent / "fakenvml" / "run_sitsprof.py"
 
 
+@pytest.fixture(autouse=True)
+def _sigint_raises():
+    """Python turns SIGINT into KeyboardInterrupt only if SIGINT was not ignored when it started;
+    a test run started in the background of a non-interactive shell inherits it ignored, so these
+    tests install Python's own handler while they run (and restore what was there)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 # -- item 4: signals in the teardown ----------------------------------------------------------------
 
 @pytest.mark.parametrize("signum, raised", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)])
