@@ -27,11 +27,9 @@ nanoseconds; `--time-unit` overrides both, `timing.py`). Ids are 0 and up, up to
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from .ids import trace_from_requests
-from .lines import BadLines, count_problem, hash_ids_problem, is_int, jsonl_rows, shown, with_skips
-from .timing import stamp_problem, stamp_seconds
+from .lines import count_problem, hash_ids_problem, is_int, shown
+from .mooncake import read_request_lines
+from .timing import stamp_problem
 from .trace import Trace
 
 NAME = "bailian"
@@ -67,21 +65,4 @@ def _bailian_problem(row) -> str | None:
 def read_bailian(path, skip_bad_lines: bool = False, block_tokens: int = BAILIAN_BLOCK_TOKENS,
                  time_unit: str | None = None) -> Trace:
     """Read a Bailian (Qwen) JSONL trace: one request a line, one reference per hash id."""
-    path = Path(path)
-    bad = BadLines(path, skip_bad_lines)
-    stamps: list = []
-    inputs: list[int] = []
-    outputs: list[int] = []
-    id_lists: list[list[int]] = []
-    for row in jsonl_rows(path, bad, _bailian_problem):
-        stamps.append(row["timestamp"])
-        inputs.append(row["input_length"])
-        outputs.append(row["output_length"])
-        id_lists.append(row["hash_ids"])
-    if not id_lists:
-        raise bad.empty("requests")
-    trace = trace_from_requests(
-        id_lists, None, inputs, outputs, source=str(path), block_tokens=block_tokens,
-        arrival_s=stamp_seconds(stamps, "s", time_unit),
-    )
-    return with_skips(trace, bad) if bad.count else trace
+    return read_request_lines(path, _bailian_problem, "s", skip_bad_lines, block_tokens, time_unit)

@@ -38,22 +38,29 @@ def _mooncake_problem(row) -> str | None:
 def read_mooncake(path, skip_bad_lines: bool = False, block_tokens: int = DEFAULT_BLOCK_TOKENS,
                   time_unit: str | None = None) -> Trace:
     """Read a Mooncake JSONL trace: one request a line, one reference per hash id."""
+    return read_request_lines(path, _mooncake_problem, "ms", skip_bad_lines, block_tokens, time_unit)
+
+
+def read_request_lines(path, problem_of, stamp_unit: str, skip_bad_lines: bool, block_tokens: int,
+                       time_unit: str | None) -> Trace:
+    """A JSONL trace of one request a line (`timestamp`, `input_length`, `output_length`,
+    `hash_ids`), each line checked by `problem_of`, stamps in `stamp_unit` unless `time_unit`
+    says otherwise: the reader of Mooncake's format and of Bailian's, which adds fields to it."""
     path = Path(path)
     bad = BadLines(path, skip_bad_lines)
     stamps: list = []
     inputs: list[int] = []
     outputs: list[int] = []
     id_lists: list[list[int]] = []
-    for row in jsonl_rows(path, bad, _mooncake_problem):
+    for row in jsonl_rows(path, bad, problem_of):
         stamps.append(row["timestamp"])
         inputs.append(row["input_length"])
         outputs.append(row["output_length"])
         id_lists.append(row["hash_ids"])
     if not id_lists:
         raise bad.empty("requests")
-
     trace = trace_from_requests(
         id_lists, None, inputs, outputs, source=str(path), block_tokens=block_tokens,
-        arrival_s=stamp_seconds(stamps, "ms", time_unit),
+        arrival_s=stamp_seconds(stamps, stamp_unit, time_unit),
     )
     return with_skips(trace, bad) if bad.count else trace
