@@ -104,10 +104,11 @@ def compiled_yet() -> bool:
 class LazyKernel:
     """A kernel: its Python function plus how to compile it; see the module docstring."""
 
-    def __init__(self, func: Callable, args: tuple, options: dict):
+    def __init__(self, func: Callable, args: tuple, options: dict, make: Callable | None = None):
         self.py_func = func
         self._args = args
         self._options = options
+        self._make = make  # builds something other than a dispatcher (a numba intrinsic: `intrinsic`)
         self._dispatcher = None
         self.__name__ = getattr(func, "__name__", "kernel")
         self.__qualname__ = getattr(func, "__qualname__", self.__name__)
@@ -130,6 +131,8 @@ class LazyKernel:
         return d
 
     def __call__(self, *args, **kwargs):
+        if self._make is not None:
+            return self.py_func(*args, **kwargs)  # an intrinsic exists only inside compiled code
         if _state["mode"] == "numba" or not interpreted():
             return self.dispatcher(*args, **kwargs)
         if getattr(_depth, "n", 0):
@@ -138,7 +141,7 @@ class LazyKernel:
 
     def __getattr__(self, name: str) -> Any:
         # Dispatcher attributes (_cache, signatures, overloads, compile, stats...): compiled.
-        if name.startswith("__") or name in ("_dispatcher", "_args", "_options", "py_func"):
+        if name.startswith("__") or name in ("_dispatcher", "_args", "_options", "_make", "py_func"):
             raise AttributeError(name)
         return getattr(self.dispatcher, name)
 
@@ -172,6 +175,8 @@ def _build(kernel: LazyKernel):
     _register_typeof()
     _state["compiled"] = True
     _state["mode"] = "numba"
+    if kernel._make is not None:
+        return kernel._make()
     dispatcher = numba.njit(*kernel._args, **kernel._options)(kernel.py_func)
     return dispatcher
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kernel_package import run_in_package
 
 from sitsprof.policies.registry import policy_names
 from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl, write_requests_jsonl
@@ -191,17 +192,7 @@ print(json.dumps({"got": got, "compiles": stats["count"], "numba": "numba" in sy
 
 
 def _demo(tmp_path, mode: str) -> dict:
-    folder = tmp_path / "pkg" / "sitsprof" / "jitdemo"
-    if not folder.exists():
-        folder.mkdir(parents=True)
-        (folder / "__init__.py").write_text("")
-        (folder / "k.py").write_text(_KERNELS)
-    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "NUMBA_CACHE_LOCATOR_CLASSES")}
-    env.update(SITSPROF_NUMBA_CACHE_DIR=str(tmp_path / "cache"), SITSPROF_JIT=mode)
-    out = subprocess.run([sys.executable, "-c", _RUN, str(tmp_path / "pkg")], capture_output=True, text=True,
-                         env=env, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    return run_in_package(tmp_path, "jitdemo", _KERNELS, _RUN, mode)
 
 
 def test_compiled_kernels_calling_lazy_kernels_cache_and_load(tmp_path):

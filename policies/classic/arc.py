@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from sitsprof.common.jit import njit
+from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import NIL, grow, move_to_head_s, push_head_s, unlink_s
 
@@ -77,6 +78,11 @@ def replay_window(block, lo, hi, prev, nxt, where, ends, sizes, state, behaviour
     cap_f = float(capacity)
     evictions = 0
     for i in range(lo, hi):
+        if i + AHEAD < hi:  # the block served AHEAD references from now: its lines on the way
+            ahead = block[i + AHEAD]
+            prefetch(where, ahead)
+            prefetch(prev, ahead)
+            prefetch(nxt, ahead)
         b = block[i]
         w = where[b]
         if w == _T2:

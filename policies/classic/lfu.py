@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from sitsprof.common.jit import njit
+from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import NIL, grow, insert_after_s, push_head_s, push_tail_s, unlink_s
 
@@ -92,6 +93,11 @@ def replay_window(block, lo, hi, prev, nxt, node_of, freq, first, last, node_pre
     n_spare, n_resident = sc[_NSPARE], sc[_NRES]
     evictions = 0
     for i in range(lo, hi):
+        if i + AHEAD < hi:  # the block served AHEAD references from now: its lines on the way
+            ahead = block[i + AHEAD]
+            prefetch(node_of, ahead)
+            prefetch(prev, ahead)
+            prefetch(nxt, ahead)
         b = block[i]
         nd = node_of[b]
         if nd != NIL:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from sitsprof.common.jit import njit
+from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import NIL, grow, new_lists
 
@@ -96,6 +97,10 @@ def replay_window(block, lo, hi, links, qp, qn, fl, st, capacity, hir_ratio, hit
     hirs_limit = max(np.int64(1), np.int64(hir_ratio * capacity))
     lirs_limit = capacity - hirs_limit
     for i in range(lo, hi):
+        if i + AHEAD < hi:  # the block served AHEAD references from now: its lines on the way
+            ahead = block[i + AHEAD]
+            prefetch(fl, ahead)
+            prefetch(sp, ahead)
         b = block[i]
         f = fl[b]
         if f & LIR:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from sitsprof.common.jit import njit
+from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import grow
 from .twoq import ghost_add, ghost_take, grow_ring, new_ghost, new_ring, new_rows, ring_pop, ring_push
@@ -98,6 +99,8 @@ def replay_window(block, lo, hi, rows, small, main, ghost, sc, capacity, hit, sm
     max_resident = sc[_MAXRES]
     evictions = 0
     for i in range(lo, hi):
+        if i + AHEAD < hi:  # the block served AHEAD references from now: its row on the way
+            prefetch(state, block[i + AHEAD])
         b = block[i]
         if state[b] & SMALL:
             hit[i] = 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from sitsprof.common.jit import njit
+from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import NIL, grow, move_to_head_s, push_head_s, unlink_s
 
@@ -185,6 +186,8 @@ def replay_window(block, lo, hi, rows, ain, aout, sc, capacity, hit, ain_ratio=0
     n_in, n_am, max_resident = sc[_NIN], sc[_NAM], sc[_MAXRES]
     evictions = 0
     for i in range(lo, hi):
+        if i + AHEAD < hi:  # the block served AHEAD references from now: its row on the way
+            prefetch(state, block[i + AHEAD])
         b = block[i]
         if state[b] & IN_A:
             hit[i] = 1
