@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from sitsprof.common.jit import njit
+from sitsprof.common.prefetch import AHEAD, prefetch
 
 from .hashing import GOLDEN
 
@@ -41,7 +42,10 @@ def _factorize_direct(keys, lo, table, codes):
     """Codes through `table` (zeros, one slot per key - lo, holding code + 1); returns the
     distinct count."""
     k = 0
-    for i in range(keys.shape[0]):
+    n = keys.shape[0]
+    for i in range(n):
+        if i + AHEAD < n:  # the slot of the key AHEAD on (common/prefetch.py)
+            prefetch(table, np.uint64(keys[i + AHEAD]) - np.uint64(lo))
         j = np.uint64(keys[i]) - np.uint64(lo)  # no overflow: wraps to the true offset
         c = table[j]
         if c == 0:
@@ -66,7 +70,10 @@ def _hash_until_half_full(keys, start, table, bits, k, codes):
     shift = np.uint64(64 - bits)
     mask = (1 << bits) - 1
     half = 1 << (bits - 1)
-    for i in range(start, keys.shape[0]):
+    n = keys.shape[0]
+    for i in range(start, n):
+        if i + AHEAD < n:  # the slot of the key AHEAD on (common/prefetch.py)
+            prefetch(table, 2 * _slot(keys[i + AHEAD], shift))
         key = keys[i]
         j = _slot(key, shift)
         while True:
@@ -83,7 +90,7 @@ def _hash_until_half_full(keys, start, table, bits, k, codes):
         codes[i] = c - 1
         if k > half:
             return i + 1, k
-    return keys.shape[0], k
+    return n, k
 
 
 @njit(cache=True)

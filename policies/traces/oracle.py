@@ -24,6 +24,7 @@ import numpy as np
 
 from sitsprof.common.atomic import atomic_write
 from sitsprof.common.jit import njit
+from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ..errors import TraceFormatError
 from .factorize import factorize_int64
@@ -197,6 +198,8 @@ def _next_accesses_hold(codes, nxt, base, limit):
     n = codes.shape[0]
     bad = 0
     for i in range(n):
+        if i + AHEAD < n:  # the code the pointer AHEAD records on names (common/prefetch.py)
+            prefetch(codes, nxt[i + AHEAD] - base)
         v = nxt[i]
         j = v - base
         if j >= 0 and j < n:
