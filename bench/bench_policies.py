@@ -28,6 +28,15 @@ libCacheSim gets `hashpower=20` (a table sized for 1M objects; its default of 24
 128 MiB it does not need, which would only slow it down). Hit ratios of both sides are
 printed; they must agree (the differential tests check them). Every timing is the fastest of
 `--repeat` runs (default 3), ours and libCacheSim's alike, to damp noise from other load.
+
+Freed memory stays in the process (glibc `mallopt`: no mmap'd chunks, no trimming; both sides,
+`--return-freed-memory` to turn it off). The development VM is a Firecracker guest with
+virtio-balloon free page reporting (`page_reporting.page_reporting_order=11` on its kernel
+command line): memory a process frees goes back to the host in 8 MiB blocks, and touching it
+again costs a host fault, measured at 3.6 ms per MiB (2 GiB of numpy ones: 7.5 s of CPU).
+Every e2e run reads a fresh 114 MB trace, so without this its time is mostly the hypervisor's
+(`read_trace` 0.3-0.45 s after a libCacheSim run, 0.08-0.11 s with it). It does not exist on
+bare metal, and the peak-memory child process does not use it.
 """
 from __future__ import annotations
 
@@ -224,7 +233,8 @@ def print_table(res: dict) -> None:
           f"{res['objects']:,} objects, capacity {res['capacity']:,}; {res['cpus']} CPUs; "
           f"read_trace {res['read_s']:.3f} s (CPU {res['read_cpu_s']:.3f} s; np.fromfile of the file: CPU "
           f"{res['fromfile_cpu_s']:.3f} s); best of {res['repeat']} runs; load average {res['load_start']:.1f} "
-          f"at start, {res['load_end']:.1f} at end")
+          f"at start, {res['load_end']:.1f} at end; freed memory "
+          f"{'kept' if res.get('freed_memory_kept') else 'returned to the system'}")
     m = res["memory"]
     extra = {k: v - m["loaded_mb"] for k, v in m["per_policy_mb"].items()}
     head = (f"{'policy':<15}{'hit ours':>9}{'hit lcs':>9}{'lcs s':>8}{'sim s':>8}{'sim x':>8}"
@@ -261,6 +271,21 @@ def print_table(res: dict) -> None:
           f"curve >= {TARGETS['curve']:.0f}x, peak <= {TARGETS['peak_mb']:.0f} MB")
 
 
+def keep_freed_memory() -> bool:
+    """glibc's malloc keeps what is freed for reuse: every allocation from the heap (M_MMAP_MAX
+    0) and the heap never trimmed (M_TRIM_THRESHOLD at its largest); mallopt(3). False where
+    there is no glibc."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim_threshold, m_mmap_max = -1, -4  # malloc.h
+        return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
+    except (OSError, AttributeError):
+        return False
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=5_000_000)
@@ -278,12 +303,16 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-lcs", action="store_true", help="time only our side")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--_memory", help=argparse.SUPPRESS)
+    ap.add_argument("--return-freed-memory", action="store_true",
+                    help="let freed memory go back to the system (see the docstring: slow on a ballooned VM)")
     args = ap.parse_args(argv)
     if args._memory:
         print(json.dumps(measure_memory(Path(args._memory), args.policies.split(","),
                                         args.capacity, args.points)))
         return 0
+    kept = not args.return_freed_memory and keep_freed_memory()
     res = run(args)
+    res["freed_memory_kept"] = kept
     print_table(res)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
