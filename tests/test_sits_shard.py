@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sitsprof.policies.adaptive import semantic_shard as ss
-from sitsprof.policies.adaptive.tenancy import alert_threshold, ctcci, isolate, level
+from sitsprof.policies.adaptive.tenancy import _known_tenants, alert_threshold, ctcci, isolate, level
 from sitsprof.policies.classic import lru
 from sitsprof.policies.errors import PolicyEngineError
 from sitsprof.policies.traces.ids import trace_from_ids, trace_from_requests
@@ -191,6 +191,16 @@ def _lru_hits(trace, capacity=100):
 def _tenants(hash_ids, tenant):
     return trace_from_requests(hash_ids, arrival_ms=[0] * len(hash_ids), input_tokens=[512 * len(h) for h in hash_ids],
                                tenant=tenant, tenant_names=("alice", "bob"))
+
+
+def test_known_tenants_are_np_uniques():
+    """The count-based distinct codes ctcci uses (np.unique would import numpy.ma) against np.unique."""
+    rng = np.random.default_rng(1)
+    for codes in (rng.integers(-1, 5, 100), rng.integers(-1, 3, 1), np.array([-1, -1]), rng.integers(0, 10**9, 50),
+                  np.zeros(0), np.array([7, 7, 0])):
+        codes = codes.astype(np.int32)
+        got = _known_tenants(codes)
+        assert got.dtype == np.int32 and got.tolist() == np.unique(codes[codes >= 0]).tolist()
 
 
 def test_ctcci_on_a_crafted_two_tenant_trace():
