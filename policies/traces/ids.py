@@ -101,6 +101,21 @@ def trace_from_ids(
     )
 
 
+def request_blocks(hash_ids, input_tokens, block_tokens: int = DEFAULT_BLOCK_TOKENS, source: str = ""
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Requests as block references: (blocks per request int64, every reference's id int64 by
+    `hash_id_array`, its tokens int32). Every block carries `block_tokens` tokens but a
+    request's last, which carries `input - block_tokens*(n-1)` clamped to [1, block_tokens].
+    `trace_from_requests` and the streaming replay of request files (engine/stream_lines.py)
+    both expand requests here, so a streamed chunk's blocks and tokens are the whole trace's."""
+    n_per = np.fromiter((len(ids) for ids in hash_ids), dtype=np.int64, count=len(hash_ids))
+    total = int(n_per.sum())
+    tokens = np.full(total, block_tokens, dtype=np.int32)
+    last = np.asarray(input_tokens, dtype=np.int64) - block_tokens * (n_per - 1)
+    tokens[np.cumsum(n_per) - 1] = np.clip(last, 1, block_tokens)
+    return n_per, hash_id_array(hash_ids, total, source), tokens
+
+
 def trace_from_requests(
     hash_ids,
     arrival_ms,
@@ -120,15 +135,11 @@ def trace_from_requests(
     carries `block_tokens` tokens except a request's last: `input - block_tokens*(n-1)` in
     [1, block_tokens].
     """
-    n_per = np.fromiter((len(ids) for ids in hash_ids), dtype=np.int64, count=len(hash_ids))
-    total = int(n_per.sum())
+    n_per, original, tokens = request_blocks(hash_ids, input_tokens, block_tokens, source)
+    total = len(original)
     ends = np.cumsum(n_per)
     request = np.repeat(np.arange(len(n_per), dtype=np.int64), n_per)
     position = (np.arange(total, dtype=np.int64) - np.repeat(ends - n_per, n_per)).astype(np.int32)
-    tokens = np.full(total, block_tokens, dtype=np.int32)
-    last = np.asarray(input_tokens, dtype=np.int64) - block_tokens * (n_per - 1)
-    tokens[ends - 1] = np.clip(last, 1, block_tokens)
-    original = hash_id_array(hash_ids, total, source)
     block, n_blocks = dense_ids(original)
     per_request_tenant = np.full(len(n_per), -1) if tenant is None else np.asarray(tenant)
     arrival = (np.asarray(arrival_ms, dtype=np.float64) / 1000.0 if arrival_s is None

@@ -10,7 +10,11 @@ block size). Hash ids are signed or unsigned 64-bit integers.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from .ids import trace_from_requests
 from .lines import BadLines, count_problem, hash_ids_problem, jsonl_rows, with_skips
@@ -48,19 +52,45 @@ def read_request_lines(path, problem_of, stamp_unit: str, skip_bad_lines: bool, 
     says otherwise: the reader of Mooncake's format and of Bailian's, which adds fields to it."""
     path = Path(path)
     bad = BadLines(path, skip_bad_lines)
+    whole = next(iter_request_lines(path, problem_of, stamp_unit, time_unit, bad), None)
+    if whole is None:
+        raise bad.empty("requests")
+    trace = trace_from_requests(
+        whole.hash_ids, None, whole.inputs, whole.outputs, source=str(path), block_tokens=block_tokens,
+        arrival_s=whole.arrival_s,
+    )
+    return with_skips(trace, bad) if bad.count else trace
+
+
+@dataclass
+class RequestLines:
+    """Consecutive good request lines of a JSONL trace: arrival seconds (float64), input and
+    output token counts and hash id lists, one entry per request."""
+
+    arrival_s: np.ndarray
+    inputs: list
+    outputs: list
+    hash_ids: list
+
+
+def iter_request_lines(path, problem_of, stamp_unit: str, time_unit: str | None, bad: BadLines,
+                       chunk_requests: int | None = None) -> Iterator[RequestLines]:
+    """The good lines of a request-per-line JSONL trace, `chunk_requests` requests at a time
+    (None: all in one), in file order: `read_request_lines` takes one chunk of everything, the
+    streaming replay (engine/stream_lines.py) many. Stamps become seconds chunk by chunk
+    (`stamp_seconds` converts each stamp alone, so chunks give the whole file's values)."""
     stamps: list = []
     inputs: list[int] = []
     outputs: list[int] = []
     id_lists: list[list[int]] = []
-    for row in jsonl_rows(path, bad, problem_of):
+    limit = chunk_requests if chunk_requests is not None else -1
+    for row in jsonl_rows(Path(path), bad, problem_of):
         stamps.append(row["timestamp"])
         inputs.append(row["input_length"])
         outputs.append(row["output_length"])
         id_lists.append(row["hash_ids"])
-    if not id_lists:
-        raise bad.empty("requests")
-    trace = trace_from_requests(
-        id_lists, None, inputs, outputs, source=str(path), block_tokens=block_tokens,
-        arrival_s=stamp_seconds(stamps, stamp_unit, time_unit),
-    )
-    return with_skips(trace, bad) if bad.count else trace
+        if len(id_lists) == limit:
+            yield RequestLines(stamp_seconds(stamps, stamp_unit, time_unit), inputs, outputs, id_lists)
+            stamps, inputs, outputs, id_lists = [], [], [], []
+    if id_lists:
+        yield RequestLines(stamp_seconds(stamps, stamp_unit, time_unit), inputs, outputs, id_lists)
