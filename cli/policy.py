@@ -104,9 +104,10 @@ def _trace_options(func):
               help="Run the sweep on a Dask distributed scheduler, e.g. tcp://10.0.0.5:8786 "
                    "(pip install 'sitsprof[cluster]'; docs/scale.md); the same results as one process.")
 @click.option("--stream", "stream", is_flag=True, default=False,
-              help="oracleGeneral traces: read the file in chunks, keeping each policy's state between them, "
-                   "so memory follows the distinct blocks, not the trace's length (docs/scale.md); the same hits. "
-                   "Every policy (not sits's --threshold); no cost model TTFT.")
+              help="oracleGeneral, Mooncake and Bailian traces: read the file in chunks, keeping each policy's "
+                   "state between them, so memory follows the distinct blocks, not the trace's length "
+                   "(docs/scale.md); the same hits. oracleGeneral: every policy (not sits's --threshold); "
+                   "Mooncake and Bailian: all but belady, sits and semantic-shard. No cost model TTFT.")
 def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as_json, as_csv,
                  calibration=None, model_name=None, miss_mode="recompute", shard_key=None, ttl=None, window=None,
                  threshold=False, threshold_windows=None, param_items=(), embedder=None, events_path=None,
@@ -180,32 +181,62 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
 
 def _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, params, skip_bad_lines, as_json,
                      as_csv, cost=None) -> None:
-    """`policy simulate --stream`: policies.engine.stream over an oracleGeneral file."""
+    """`policy simulate --stream`: policies.engine.stream over an oracleGeneral file, or
+    policies.engine.stream_lines over a Mooncake or Bailian file."""
     from sitsprof.policies.engine.capacity import parse_capacities
     from sitsprof.policies.engine.results import document, result_rows, rows_to_csv
     from sitsprof.policies.engine.stream import StreamError, count_distinct, stream_simulate, streamable
+    from sitsprof.policies.engine.stream_lines import (
+        count_distinct_lines,
+        line_formats,
+        line_streamable,
+        stream_simulate_lines,
+    )
     from sitsprof.policies.registry import get_policy
     from sitsprof.policies.traces.detect import detect_format
 
     fmt = (fmt or detect_format(trace_path)).lower()
-    if fmt != "oracle":
-        raise StreamError(f"--stream reads oracleGeneral traces; {trace_path} is {fmt} (replay it without --stream)")
-    if skip_bad_lines:
-        raise StreamError("--stream refuses the first bad record rather than skipping it; drop --skip-bad-lines "
-                          "or replay without --stream")
+    lines = fmt in line_formats()
+    if fmt != "oracle" and not lines:
+        raise StreamError(f"--stream reads oracleGeneral, Mooncake and Bailian traces; {trace_path} is {fmt} "
+                          "(replay it without --stream)")
+    if skip_bad_lines and not lines:
+        raise StreamError("--stream refuses the first bad oracleGeneral record rather than skipping it; drop "
+                          "--skip-bad-lines or replay without --stream")
+    ctx = click.get_current_context(silent=True)
+    given = dict(ctx.meta.get(TRACE_READ_KEY, {})) if ctx is not None else {}
+    if given.get("sort_by_time"):
+        raise StreamError("--sort-by-time reorders the whole trace, which --stream never holds; drop one of them")
+    reading = {k: given[k] for k in ("block_tokens", "time_unit") if given.get(k) is not None}
+    if reading and not lines:
+        raise StreamError(f"--stream reads an oracleGeneral file's records as they are; drop "
+                          f"{' and '.join('--' + k.replace('_', '-') for k in reading)} or replay without --stream")
     modules = [get_policy(name) for name in policies]
     if policy_text.strip().lower() == "all":
-        left = [m.NAME for m in modules if not streamable(m)]
-        modules = [m for m in modules if streamable(m)]
+        fits = (lambda m: streamable(m) and line_streamable(m)) if lines else streamable
+        left = [m.NAME for m in modules if not fits(m)]
+        modules = [m for m in modules if fits(m)]
         if left:
             click.echo(f"sitsprof: --stream leaves out {', '.join(left)} (they need the whole trace)", err=True)
     n_blocks = 0
     if "%" in capacity_text:
         click.echo("sitsprof: --stream: counting distinct blocks for the % capacities (one extra pass)", err=True)
-        n_blocks = count_distinct(trace_path)
+        n_blocks = (count_distinct_lines(trace_path, fmt, skip_bad_lines=skip_bad_lines, **reading) if lines
+                    else count_distinct(trace_path))
     capacities = parse_capacities(capacity_text, n_blocks)
-    results, summary = stream_simulate(trace_path, modules, capacities, params=params, cost=cost,
-                                       note=lambda text: click.echo(f"sitsprof: --stream: {text}", err=True))
+    if lines:
+        results, summary = stream_simulate_lines(trace_path, fmt, modules, capacities, params=params,
+                                                 skip_bad_lines=skip_bad_lines, **reading)
+        if summary.get("skipped_lines"):
+            click.echo(f"sitsprof: skipped {summary['skipped_lines']:,} bad line(s); first: "
+                       f"{summary['skipped_examples'][0]}", err=True)
+        if summary["out_of_order"]:
+            click.echo(f"sitsprof: warning: {trace_path}: {summary['out_of_order']:,} request(s) arrive earlier "
+                       "than the one before them (timestamps out of order); replayed in file order "
+                       "(--sort-by-time needs the whole trace: replay without --stream for it)", err=True)
+    else:
+        results, summary = stream_simulate(trace_path, modules, capacities, params=params, cost=cost,
+                                           note=lambda text: click.echo(f"sitsprof: --stream: {text}", err=True))
     rows = result_rows(results)
     if as_json:
         emit_json(document(rows, trace=summary))
@@ -214,7 +245,8 @@ def _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, para
         click.echo(rows_to_csv(rows), nl=False)
         return
     title = (f"{trace_path} (streamed): {summary['references']:,} block references, "
-             f"{summary['distinct_blocks']:,} distinct blocks")
+             + (f"{summary['requests']:,} requests, " if lines else "")
+             + f"{summary['distinct_blocks']:,} distinct blocks")
     stdout_console().print(results_table(results, title=title))
     stdout_console().print("cost model (TTFT) not computed when streaming: it needs every request at once; "
                            "replay without --stream for it")

@@ -377,8 +377,12 @@ def test_cli_stream_refusals(cli, tmp_path):
     assert code == 2 and "no tenant" in err and len(err.strip().splitlines()) == 1
     jsonl = tmp_path / "t.jsonl"
     jsonl.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, 2]}\n')
-    code, _, err = cli("policy", "simulate", str(jsonl), "-p", "lru", "-c", "10", "--stream")
-    assert code == 2 and "--stream reads oracleGeneral traces" in err
+    code, out, err = cli("policy", "simulate", str(jsonl), "-p", "lru", "-c", "10", "--stream")
+    assert code == 0 and "(streamed)" in out  # a Mooncake file streams too (tests/test_stream_lines.py)
+    csv = tmp_path / "t.csv"
+    csv.write_text("timestamp,obj_id\n0,1\n1,2\n")
+    code, _, err = cli("policy", "simulate", str(csv), "-p", "lru", "-c", "10", "--stream")
+    assert code == 2 and "--stream reads oracleGeneral, Mooncake and Bailian traces" in err
     code, out, err = cli("policy", "simulate", str(path), "-p", "all", "-c", "10", "--stream", "--json")
     assert code == 0 and "leaves out" not in err
     assert {r["policy"] for r in json.loads(out)["results"]} == {get_policy(name).NAME for name in policy_names()}

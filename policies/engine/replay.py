@@ -319,7 +319,7 @@ def _result(name, capacity, n, hits, prefix_hits, hit_tokens, total_tokens, evic
 
 
 @njit(cache=True)
-def _request_stats(hit, offsets, tokens, request_hits):
+def request_stats(hit, offsets, tokens, request_hits):
     """Per-request hits (into `request_hits`, every entry written), all hits, hits inside each
     request's leading run of hits, and hit tokens (summed from `tokens`; 0 when `tokens` is
     empty, i.e. every reference weighs the same)."""
@@ -351,7 +351,7 @@ def summarise(offsets, weights, name, capacity, hit, evictions, max_resident, se
     n = len(hit)
     # from numpy, not the compiled pass: huge pages instead of a fault per 4 KiB (offsets.py)
     request_hits = np.empty(len(offsets) - 1, dtype=np.int32)
-    hits, prefix_hits, hit_tokens = _request_stats(hit, offsets, tokens, request_hits)
+    hits, prefix_hits, hit_tokens = request_stats(hit, offsets, tokens, request_hits)
     hits = int(hits)
     if weight is not None:
         hit_tokens = hits * weight

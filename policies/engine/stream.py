@@ -56,7 +56,7 @@ from sitsprof.common.jit import njit
 from ..errors import PolicyEngineError
 from ..traces.factorize import Factorizer
 from .params import check_params, kernel_params
-from .replay import SimResult
+from .replay import SimResult, request_stats
 
 #: Default chunk: 1M references (24 MB of records, 4 MB of codes, 1 MB of hit flags).
 CHUNK_REFS = 1 << 20
@@ -103,9 +103,14 @@ class _Run:
     state: tuple = ()
     evictions: int = 0
     hits: int = 0
+    prefix_hits: int = 0  # hits inside each request's leading run of hits
     hit_tokens: int = 0
     seconds: float = 0.0
-    kept: list = field(default_factory=list)
+    kept: list = field(default_factory=list)  # per-reference hit flags, chunk by chunk (keep_hits)
+    kept_requests: list = field(default_factory=list)  # hits per request, where offsets were fed
+
+
+_NO_TOKENS = np.zeros(0, dtype=np.int32)  # `request_stats` without weights
 
 
 @njit(cache=True)
@@ -212,17 +217,31 @@ class StreamReplay:
                 run.hit_tokens += h * (1 if uniform is None else uniform)
             if self.keep_hits:
                 run.kept.append(hit.copy())
+            if offsets is None:  # a request a reference: each hit is its request's leading run
+                run.prefix_hits += h
+            else:
+                per_request = np.empty(len(offsets) - 1, dtype=np.int32)
+                run.prefix_hits += int(request_stats(hit, np.asarray(offsets, dtype=np.int64), _NO_TOKENS,
+                                                      per_request)[1])
+                if self.keep_hits:
+                    run.kept_requests.append(per_request)
 
     def hits_of(self, k: int) -> np.ndarray:
         """Run k's per-reference hit flags (only with keep_hits)."""
         kept = self.runs[k].kept
         return np.concatenate(kept) if kept else np.zeros(0, dtype=np.uint8)
 
+    def request_hits_of(self, k: int) -> np.ndarray:
+        """Run k's hits per request (only with keep_hits): each request's count of hit blocks
+        where `offsets` were fed, else its one flag."""
+        per_request = self.runs[k].kept_requests
+        return np.concatenate(per_request) if per_request else self.hits_of(k).astype(np.int32)
+
     def results(self, references: int, total_tokens: int, prefix_hits: list[int] | None = None,
                 extra: dict | None = None) -> list[SimResult]:
         out = []
         for k, run in enumerate(self.runs):
-            prefix = run.hits if prefix_hits is None else prefix_hits[k]
+            prefix = run.prefix_hits if prefix_hits is None else prefix_hits[k]
             finish = getattr(run.form, "stream_finish", None)
             more = finish(run.state) if finish is not None and run.state else {}
             out.append(SimResult(
@@ -232,7 +251,7 @@ class StreamReplay:
                 prefix_hit_ratio=prefix / references if references else 0.0,
                 evictions=more.pop("evictions_total", run.evictions),
                 max_resident=run.form.max_resident(run.state) if run.state else 0,
-                request_hits=self.hits_of(k).astype(np.int32) if self.keep_hits else np.zeros(0, dtype=np.int32),
+                request_hits=self.request_hits_of(k) if self.keep_hits else np.zeros(0, dtype=np.int32),
                 seconds=run.seconds,
                 extra={**run.params, "streamed": True, **more, **(extra or {})},
             ))
