@@ -183,6 +183,17 @@ def _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, para
                      as_csv, cost=None) -> None:
     """`policy simulate --stream`: policies.engine.stream over an oracleGeneral file, or
     policies.engine.stream_lines over a Mooncake or Bailian file."""
+    from sitsprof.policies.traces.detect import detect_format, reading_errors, trace_file
+
+    shown, trace_path = trace_path, trace_file(trace_path)
+    with reading_errors(trace_path):
+        _stream_file(shown, trace_path, fmt or detect_format(trace_path), policy_text, policies, capacity_text,
+                     params, skip_bad_lines, as_json, as_csv, cost)
+
+
+def _stream_file(shown, trace_path, fmt, policy_text, policies, capacity_text, params, skip_bad_lines, as_json,
+                 as_csv, cost) -> None:
+    """`_simulate_stream` on the checked file `trace_path` (`shown`: as the user named it)."""
     from sitsprof.policies.engine.capacity import parse_capacities
     from sitsprof.policies.engine.results import document, result_rows, rows_to_csv
     from sitsprof.policies.engine.stream import StreamError, count_distinct, stream_simulate, streamable
@@ -193,12 +204,11 @@ def _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, para
         stream_simulate_lines,
     )
     from sitsprof.policies.registry import get_policy
-    from sitsprof.policies.traces.detect import detect_format
 
-    fmt = (fmt or detect_format(trace_path)).lower()
+    fmt = fmt.lower()
     lines = fmt in line_formats()
     if fmt != "oracle" and not lines:
-        raise StreamError(f"--stream reads oracleGeneral, Mooncake and Bailian traces; {trace_path} is {fmt} "
+        raise StreamError(f"--stream reads oracleGeneral, Mooncake and Bailian traces; {shown} is {fmt} "
                           "(replay it without --stream)")
     if skip_bad_lines and not lines:
         raise StreamError("--stream refuses the first bad oracleGeneral record rather than skipping it; drop "
@@ -231,7 +241,7 @@ def _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, para
             click.echo(f"sitsprof: skipped {summary['skipped_lines']:,} bad line(s); first: "
                        f"{summary['skipped_examples'][0]}", err=True)
         if summary["out_of_order"]:
-            click.echo(f"sitsprof: warning: {trace_path}: {summary['out_of_order']:,} request(s) arrive earlier "
+            click.echo(f"sitsprof: warning: {shown}: {summary['out_of_order']:,} request(s) arrive earlier "
                        "than the one before them (timestamps out of order); replayed in file order "
                        "(--sort-by-time needs the whole trace: replay without --stream for it)", err=True)
     else:
@@ -244,7 +254,7 @@ def _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, para
     if as_csv:
         click.echo(rows_to_csv(rows), nl=False)
         return
-    title = (f"{trace_path} (streamed): {summary['references']:,} block references, "
+    title = (f"{shown} (streamed): {summary['references']:,} block references, "
              + (f"{summary['requests']:,} requests, " if lines else "")
              + f"{summary['distinct_blocks']:,} distinct blocks")
     stdout_console().print(results_table(results, title=title))

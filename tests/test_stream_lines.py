@@ -183,3 +183,11 @@ def test_cli_stream_reads_with_the_block_size_given(mooncake):
     assert [r["token_hit_ratio"] for r in streamed] == [r["token_hit_ratio"] for r in memory]
     default = json.loads(_cli(*args[:-3], "--json", "--stream").stdout)["results"]
     assert [r["token_hit_ratio"] for r in default] != [r["token_hit_ratio"] for r in streamed]
+
+
+def test_cli_stream_names_a_missing_file_or_a_folder(tmp_path):
+    for path, problem in ((tmp_path / "nope.jsonl", "no such file"), (tmp_path / "gone.oracleGeneral", "no such file"),
+                          (tmp_path, "is a directory, not a trace file")):
+        out = _cli("policy", "simulate", str(path), "--stream", "-p", "lru", "-c", "10%")
+        assert out.returncode == 2 and out.stdout == ""
+        assert out.stderr.strip().splitlines() == [f"sitsprof: error: {path}: {problem}"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import TraceFormatError
@@ -104,12 +105,8 @@ def read_trace(
         raise TraceFormatError(path, f"block size {block_tokens!r} tokens",
                                fix="--block-tokens takes a whole number >= 1")
     time_unit = timing.check_unit(time_unit)
-    try:
+    with reading_errors(path):
         trace = _read_trace(resolve(path), format, skip_bad_lines, block_tokens, time_unit)
-    except OSError as exc:  # unreadable file, vanished mid-read, not really gzip, ...
-        raise TraceFormatError(path, f"cannot read the file: {exc.strerror or exc}") from None
-    except DECOMPRESS_ERRORS as exc:  # a truncated or damaged compressed stream
-        raise TraceFormatError(path, f"damaged compressed file: {exc}") from None
     late = timing.out_of_order(trace)
     if late and sort_by_time:
         return timing.sort_by_time(trace)
@@ -118,11 +115,30 @@ def read_trace(
     return trace
 
 
-def _read_trace(path: Path, format, skip_bad_lines: bool, block_tokens, time_unit) -> Trace:  # noqa: A002
+@contextmanager
+def reading_errors(path):
+    """What reading `path` raises as the OS or a decompressor says it, as one TraceFormatError
+    naming the file (read_trace, and the streaming replay, which reads as it goes)."""
+    try:
+        yield
+    except OSError as exc:  # unreadable file, vanished mid-read, not really gzip, ...
+        raise TraceFormatError(path, f"cannot read the file: {exc.strerror or exc}") from None
+    except DECOMPRESS_ERRORS as exc:  # a truncated or damaged compressed stream
+        raise TraceFormatError(path, f"damaged compressed file: {exc}") from None
+
+
+def trace_file(path) -> Path:
+    """`path` resolved (`bundled:<name>`, `-`) and checked to be a file; TraceFormatError otherwise."""
+    path = resolve(path)
     if not path.exists():
         raise TraceFormatError(path, "no such file")
     if path.is_dir():
         raise TraceFormatError(path, "is a directory, not a trace file")
+    return path
+
+
+def _read_trace(path: Path, format, skip_bad_lines: bool, block_tokens, time_unit) -> Trace:  # noqa: A002
+    path = trace_file(path)
     if format is None:
         fmt = detect_format(path)
     else:
