@@ -163,7 +163,10 @@ def _hash_chunk(keys, start, table, bits, k, limit, codes):
     shift = np.uint64(64 - bits)
     mask = (1 << bits) - 1
     low = np.uint64(0xFFFFFFFF)
-    for i in range(start, keys.shape[0]):
+    n = keys.shape[0]
+    for i in range(start, n):
+        if i + AHEAD < n:  # the slot of the key AHEAD on (common/prefetch.py)
+            prefetch(table, 3 * _slot(keys[i + AHEAD], shift))
         key = keys[i]
         lo = np.uint32(np.uint64(key) & low)
         hi = np.uint32(np.uint64(key) >> np.uint64(32))
@@ -183,7 +186,7 @@ def _hash_chunk(keys, start, table, bits, k, limit, codes):
         codes[i] = np.int32(c) - 1
         if k > limit:
             return i + 1, k
-    return keys.shape[0], k
+    return n, k
 
 
 @njit(cache=True)
