@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from sitsprof.common.jit import njit
+from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import NIL, grow, move_to_head_s, push_head_s, unlink_s
 
@@ -51,6 +52,11 @@ def replay_window(block, lo, hi, prev, nxt, resident, sc, capacity, hit):
     head, tail, n_resident = np.int32(sc[_HEAD]), np.int32(sc[_TAIL]), sc[_NRES]
     evictions = 0
     for i in range(lo, hi):
+        if i + AHEAD < hi:  # the block served AHEAD references from now: its lines on the way
+            ahead = block[i + AHEAD]
+            prefetch(resident, ahead)
+            prefetch(prev, ahead)
+            prefetch(nxt, ahead)
         b = block[i]
         if resident[b]:
             hit[i] = 1
