@@ -156,7 +156,7 @@ def test_cli_stream_on_a_mooncake_file(mooncake):
 
 
 def test_out_of_order_requests_counted_as_in_memory_and_sort_refused(mooncake, tmp_path):
-    from sitsprof.policies.traces.timing import out_of_order
+    from sitsprof.policies.traces.timing import TraceWarning, out_of_order
 
     lines = mooncake.read_text().splitlines()
     rng = np.random.default_rng(2)
@@ -164,12 +164,14 @@ def test_out_of_order_requests_counted_as_in_memory_and_sort_refused(mooncake, t
         lines[k], lines[k + 1] = lines[k + 1], lines[k]
     shuffled = tmp_path / "shuffled.jsonl"
     shuffled.write_text("\n".join(lines) + "\n")
-    want = out_of_order(read_trace(shuffled, format="mooncake"))
+    with pytest.warns(TraceWarning, match="arrive earlier than the one before them"):
+        want = out_of_order(read_trace(shuffled, format="mooncake"))
     assert want > 0
     for chunk in (1, 5, 10**9):
         _, summary = stream_simulate_lines(shuffled, "mooncake", LINE_POLICIES[:1], [10], chunk_requests=chunk)
         assert summary["out_of_order"] == want
-    _same(shuffled, "mooncake", 5)
+    with pytest.warns(TraceWarning):
+        _same(shuffled, "mooncake", 5)
     out = _cli("policy", "simulate", str(shuffled), "--stream", "-p", "lru", "-c", "50")
     assert out.returncode == 0 and f"{want:,} request(s) arrive earlier than the one before them" in out.stderr
     refused = _cli("policy", "simulate", str(shuffled), "--stream", "--sort-by-time", "-p", "lru", "-c", "50")
