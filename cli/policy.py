@@ -223,7 +223,7 @@ def _stream_file(shown, trace_path, fmt, policy_text, policies, capacity_text, p
                           f"{' and '.join('--' + k.replace('_', '-') for k in reading)} or replay without --stream")
     modules = [get_policy(name) for name in policies]
     if policy_text.strip().lower() == "all":
-        fits = (lambda m: streamable(m) and line_streamable(m)) if lines else streamable
+        fits = line_streamable if lines else streamable
         left = [m.NAME for m in modules if not fits(m)]
         modules = [m for m in modules if fits(m)]
         if left:

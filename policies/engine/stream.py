@@ -182,6 +182,8 @@ class StreamReplay:
         if len(self._hit) < n:
             self._hit = np.zeros(n, dtype=np.uint8)
         hit = self._hit[:n]
+        if offsets is not None:
+            offsets = np.asarray(offsets, dtype=np.int64)
         uniform = None
         sizes = tokens
         if tokens is not None:
@@ -205,7 +207,7 @@ class StreamReplay:
             elif hasattr(form, "stream_window"):
                 ev = form.stream_window(run.state, block, 0, n, run.capacity, hit, **run.params)
             else:
-                offs = np.arange(n + 1, dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
+                offs = np.arange(n + 1, dtype=np.int64) if offsets is None else offsets
                 ev = form.stream_requests(run.state, block, offs, run.capacity, hit, **run.params)
             run.seconds += time.perf_counter() - start
             run.evictions += int(ev)
@@ -221,8 +223,7 @@ class StreamReplay:
                 run.prefix_hits += h
             else:
                 per_request = np.empty(len(offsets) - 1, dtype=np.int32)
-                run.prefix_hits += int(request_stats(hit, np.asarray(offsets, dtype=np.int64), _NO_TOKENS,
-                                                      per_request)[1])
+                run.prefix_hits += int(request_stats(hit, offsets, _NO_TOKENS, per_request)[1])
                 if self.keep_hits:
                     run.kept_requests.append(per_request)
 

@@ -28,7 +28,7 @@ from ..traces.factorize import Factorizer
 from ..traces.ids import request_blocks
 from ..traces.lines import BadLines
 from .replay import SimResult
-from .stream import StreamError, StreamReplay, needs_future, needs_times
+from .stream import StreamError, StreamReplay, needs_future, needs_times, streamable
 
 #: Lines read at a time: about 10 MB of parsed Mooncake lines, and their blocks.
 CHUNK_REQUESTS = 1 << 14
@@ -48,7 +48,7 @@ def line_formats() -> dict[str, tuple]:
 def line_streamable(module: ModuleType) -> bool:
     """Whether `module` can be streamed from a request file: resumable, and reading neither
     next uses nor the trace's time span."""
-    return not (needs_future(module) or needs_times(module))
+    return streamable(module) and not (needs_future(module) or needs_times(module))
 
 
 def _chunks(path: Path, fmt: str, bad: BadLines, chunk_requests: int, block_tokens: int | None,
@@ -76,12 +76,14 @@ def _check_signs(hash_ids, ids: np.ndarray, seen: dict, path: Path) -> None:
     another is refused as the in-memory reader refuses it (their bit patterns could collide)."""
     from ..errors import TraceFormatError
 
-    if len(ids) == 0:
+    if len(ids) == 0 or int(ids.min()) >= 0:
         return
-    if int(ids.min()) < 0:
-        big = any(h >= 2**63 for request in hash_ids for h in request)
-        seen["beyond_int64"] |= big
-        seen["negative"] |= any(h < 0 for request in hash_ids for h in request)
+    # Negative codes are negative ids, or ids of 2**63 and up held as bit patterns; one chunk
+    # never has both (hash_id_array refuses it), so one look at the ids tells which.
+    if any(h >= 2**63 for request in hash_ids for h in request):
+        seen["beyond_int64"] = True
+    else:
+        seen["negative"] = True
     if seen["negative"] and seen["beyond_int64"]:
         raise TraceFormatError(path, "hash_ids mix negative ids with ids of 2**63 and above",
                                fix="block ids are either signed or unsigned 64-bit integers, not both in one trace")
@@ -100,8 +102,8 @@ def stream_simulate_lines(path, fmt: str, policies, capacities, chunk_requests: 
     path = Path(path)
     params = params or {}
     runs = [(m, int(c), dict(params.get(m.NAME, {}))) for m in policies for c in capacities]
-    for module, _, _ in runs:
-        if not line_streamable(module):
+    for module, _, _ in runs:  # one that is not resumable at all StreamReplay refuses, saying so
+        if needs_future(module) or needs_times(module):
             what = "each reference's next use" if needs_future(module) else "the trace's time span"
             raise StreamError(f"policy {module.NAME!r} reads {what}, which a request file streamed in chunks does "
                               "not give; replay it without --stream, or leave it out")
