@@ -241,9 +241,11 @@ def _stream_file(shown, trace_path, fmt, policy_text, policies, capacity_text, p
             click.echo(f"sitsprof: skipped {summary['skipped_lines']:,} bad line(s); first: "
                        f"{summary['skipped_examples'][0]}", err=True)
         if summary["out_of_order"]:
-            click.echo(f"sitsprof: warning: {shown}: {summary['out_of_order']:,} request(s) arrive earlier "
-                       "than the one before them (timestamps out of order); replayed in file order "
-                       "(--sort-by-time needs the whole trace: replay without --stream for it)", err=True)
+            from sitsprof.policies.traces.timing import out_of_order_message
+
+            text = out_of_order_message(shown, summary["out_of_order"],
+                                        "--sort-by-time needs the whole trace (replay without --stream for it)")
+            click.echo(f"sitsprof: warning: {text}", err=True)
     else:
         results, summary = stream_simulate(trace_path, modules, capacities, params=params, cost=cost,
                                            note=lambda text: click.echo(f"sitsprof: --stream: {text}", err=True))

@@ -108,7 +108,7 @@ class LazyKernel:
         self.py_func = func
         self._args = args
         self._options = options
-        self._make = make  # builds something other than a dispatcher (a numba intrinsic: `intrinsic`)
+        self._make = make  # builds something other than a dispatcher (a numba intrinsic: common/prefetch.py)
         self._dispatcher = None
         self.__name__ = getattr(func, "__name__", "kernel")
         self.__qualname__ = getattr(func, "__qualname__", self.__name__)

@@ -169,9 +169,16 @@ def out_of_order(trace) -> int:
     return int(np.count_nonzero(starts[1:] < starts[:-1]))
 
 
+def out_of_order_message(source: str, count: int,
+                         advice: str = "pass --sort-by-time to replay in time order") -> str:
+    """What to tell of `count` requests out of order in `source` (read_trace's warning, and the
+    streaming replay's, whose advice differs)."""
+    return (f"{source or 'trace'}: {count:,} request(s) arrive earlier than the one before them "
+            f"(timestamps out of order); replayed in file order: {advice}")
+
+
 def warn_out_of_order(trace, count: int) -> None:
-    warn(f"{trace.source or 'trace'}: {count:,} request(s) arrive earlier than the one before them "
-         f"(timestamps out of order); replayed in file order: pass --sort-by-time to replay in time order")
+    warn(out_of_order_message(trace.source, count))
 
 
 def sort_by_time(trace):
