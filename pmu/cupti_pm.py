@@ -40,6 +40,7 @@ import numpy as np
 
 from sitsprof.pmu.errors import NoGpuError, UnsupportedError
 from sitsprof.pmu.nvml import cuda_version_text
+from sitsprof.pmu.nvperf import ensure_nvperf
 
 MIN_VERSION = (13, 3)
 DEFAULT_INTERVAL_NS = 100_000
@@ -117,6 +118,11 @@ def _reason(exc: BaseException) -> str:
         if name not in text:
             text = f"{name}: {text}" if text and text != type(exc).__name__ else name
     return text
+
+
+def _nvperf_hint(nvperf) -> str:
+    """What to add to an enable() failure when the nvperf libraries could not be preloaded."""
+    return "" if nvperf.loaded else f" ({nvperf.reason()})"
 
 
 def chip_name(cc, device_index: int) -> str:
@@ -232,6 +238,7 @@ class PmSamplingSession:
 
         self._cc = cc
         where = f"on CUDA device {self.device_index}"
+        nvperf = ensure_nvperf()  # CUPTI dlopens nvperf by bare name at enable(): pmu/nvperf.py
         collector = pm_sampling.Collector(self.device_index)
         try:
             collector.enable()
@@ -243,7 +250,8 @@ class PmSamplingSession:
             raise NoGpuError(f"CUPTI PM sampling: no {where.removeprefix('on ')} ({_reason(exc)}); "
                              "pick one `sitsprof devices` lists") from None
         except (RuntimeError, MemoryError, cc.cuptiError) as exc:
-            raise UnsupportedError(f"CUPTI PM sampling could not be enabled {where}: {_reason(exc)}") from None
+            raise UnsupportedError(f"CUPTI PM sampling could not be enabled {where}: {_reason(exc)}"
+                                   f"{_nvperf_hint(nvperf)}") from None
         self.collector = collector
         try:
             self.chip = self._chip_name()
@@ -389,12 +397,13 @@ def pm_sampling_sets(device_index: int = 0) -> dict:
     import cupti.cupti as cc
     from cupti import pm_sampling
 
+    nvperf = ensure_nvperf()
     collector = pm_sampling.Collector(device_index)
     try:
         collector.enable()
     except (ValueError, RuntimeError, PermissionError, MemoryError, cc.cuptiError) as exc:
         raise UnsupportedError(f"CUPTI PM sampling could not be enabled on CUDA device {device_index}: "
-                               f"{_reason(exc)}") from None
+                               f"{_reason(exc)}{_nvperf_hint(nvperf)}") from None
     try:
         chip = chip_name(cc, device_index)
         return {"chip": chip, "sets": single_pass_sets(chip)}

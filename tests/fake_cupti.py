@@ -193,7 +193,10 @@ class FakeGpu:
     """The device behind the stand-in: its clock, its hardware buffer, the calls it saw."""
 
     def __init__(self, *, speed: float = 1.0, sets: dict | None = None, devices: int = 1,
-                 overflow_mode: str = "flag", fail: dict | None = None, passes=None):
+                 overflow_mode: str = "flag", fail: dict | None = None, passes=None, dlopen_nvperf: str | None = None):
+        # profiler_initialize dlopens nvperf by bare name, as CUPTI does; the library found must
+        # export this symbol (the test's own nvperf, not one ldconfig happens to know)
+        self.dlopen_nvperf = dlopen_nvperf
         self.speed = float(speed)
         self.sets = {k: list(v) for k, v in (sets or DEFAULT_SETS).items()}
         self.known = {m for ms in self.sets.values() for m in ms}
@@ -269,6 +272,13 @@ class FakeGpu:
     def profiler_initialize(self, p):
         _params(p, "Profiler_Initialize_Params")
         self._check_fail("profiler_initialize")
+        if self.dlopen_nvperf:  # libcupti.so.13 has no RUNPATH: a bare name, the loader's path only
+            try:
+                libs = [ctypes.CDLL(name) for name in ("libnvperf_host.so", "libnvperf_target.so")]
+            except OSError:
+                raise cuptiError(Result.ERROR_NOT_INITIALIZED) from None
+            if not all(hasattr(lib, self.dlopen_nvperf) for lib in libs):
+                raise cuptiError(Result.ERROR_NOT_INITIALIZED)
         self.profiler_initialized += 1
 
     def profiler_deinitialize(self, p):
