@@ -17,8 +17,8 @@ library already loaded is, however, found again by its SONAME (both nvperf libra
 their bare file name), so opening the two files by full path with RTLD_GLOBAL before
 `enable()` makes CUPTI's bare-name `dlopen` succeed, whatever the environment says.
 
-Which folder: the one holding the libcupti this process already loaded (same CUPTI release as
-the nvperf next to it), else the installed nvidia-cuda-cupti wheel's files (its RECORD), else a
+Which folder: the one holding the libcupti this process already loaded, or that cuda.pathfinder
+loads for cupti-python (same CUPTI release as the nvperf next to it), else the installed nvidia-cuda-cupti wheel's files (its RECORD), else a
 bare-name load (LD_LIBRARY_PATH or ldconfig already provide them), else `nvidia/*/lib` under
 the interpreter's site folders, else `$CUDA_HOME/extras/CUPTI/lib64`.
 """
@@ -67,6 +67,18 @@ def _loaded_cupti_folder() -> str | None:
     except OSError:
         pass
     return None
+
+
+def _pathfinder_cupti_folder() -> str | None:
+    """The folder of the libcupti cupti-python will use: it loads it with cuda.pathfinder, which
+    caches the load, so asking first loads the very same file (None without cuda-pathfinder)."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        path = load_nvidia_dynamic_lib("cupti").abs_path
+    except Exception:  # noqa: BLE001 - no pathfinder, no libcupti: the other places are tried
+        return None
+    return os.path.dirname(path) if path else None
 
 
 def _wheel_folders() -> list[str]:
@@ -118,7 +130,7 @@ def ensure_nvperf(*, refresh: bool = False) -> NvperfStatus:
     global _STATUS
     if _STATUS is not None and _STATUS.loaded and not refresh:
         return _STATUS
-    loaded = _loaded_cupti_folder()
+    loaded = _loaded_cupti_folder() or _pathfinder_cupti_folder()
     candidates = ([("beside the loaded libcupti", loaded)] if loaded else [])
     candidates += [("nvidia-cuda-cupti wheel", f) for f in _wheel_folders()]
     candidates.append(("on the loader path", None))  # LD_LIBRARY_PATH / ldconfig: what CUPTI finds itself

@@ -15,18 +15,11 @@
 # Scratch (the venv, the run directory) goes to $DEVICE_CHECK_WORK (default ./.device-check).
 #
 # Python packages come from the ignored .whl/ folder, offline (`pip install --no-index
-# --find-links .whl`): a bare H200 image has no cupti-python, nvidia-cuda-cupti, pyelftools
-# or plotly, and the node reaches no package index. On a machine that does, for the node's
-# Python 3.12 on x86-64 (checked: 14 wheels, 54 MB, 38 MB without numpy where the image has it;
-# nvidia-cuda-cupti 13.4 is tagged manylinux_2_25, so that platform must be named; docs/device-check.md):
-#
-#   P="--platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any"
-#   pip download -d .whl --only-binary=:all: --python-version 3.12 $P \
-#       "cupti-python>=13.3" "nvidia-cuda-cupti==13.4.*" pyelftools plotly nvidia-ml-py pytest
-#   # sitsprof's own dependencies, only those the image lacks (pyproject.toml [project] dependencies):
-#   pip download -d .whl --only-binary=:all: --python-version 3.12 $P \
-#       "numpy>=1.24" "numba>=0.59" "pandas>=2.0" "pyarrow>=14" "click>=8.1" "rich>=13" \
-#       "jinja2>=3.1" "plotly>=5.18" "prometheus-client>=0.19"
+# --find-links .whl`). Measuring needs numpy, pandas, pyarrow, click, rich and nvidia-ml-py
+# (the image has all six); cupti-python (PM sampling) is optional and comes from carried wheels;
+# numba, jinja2, plotly, prometheus-client and pytest are installed when there, never required
+# (tests/test_measuring_soft_deps.py runs the dry run and `probe figures` with them blocked).
+# The exact wheels to carry (5, 27.8 MB) and the command that fetches them: docs/device-check.md.
 set -u -o pipefail
 
 DRY_RUN=0
@@ -76,7 +69,8 @@ nvidia-smi --query-gpu="$SMI_SETTINGS" --format=csv,noheader > "$WORK/settings-b
 step install 40 hard '[ -x "$VPY" ] || { "$PY" -m venv --without-pip --system-site-packages "$WORK/venv" && "$VPY" -m pip --version >/dev/null 2>&1; } || { rm -rf "$WORK/venv"; "$PY" -m venv --system-site-packages "$WORK/venv"; } || { echo "$PY cannot make a venv (python3-venv missing?): set PYTHON to one that can"; exit 1; }
 mkdir -p "$WORK/src/sitsprof" && for d in common calibration pmu probes collectors reports policies cli; do ln -sfn "$ROOT/$d" "$WORK/src/sitsprof/$d"; done
 "$VPY" -c "import sysconfig; print(sysconfig.get_paths()[\"purelib\"])" | { read -r site; echo "$WORK/src" > "$site/sitsprof-source.pth"; }
-"$VPY" -m pip install -q --no-index --find-links "$ROOT/.whl" "numpy>=1.24" "numba>=0.59" "pandas>=2.0" "pyarrow>=14" "click>=8.1" "rich>=13" "jinja2>=3.1" "plotly>=5.18" "prometheus-client>=0.19" nvidia-ml-py pytest || { echo "sitsprof needs packages that are neither installed nor in .whl/ (see the pip download lines at the top of this script)"; exit 1; }
+"$VPY" -m pip install -q --no-index --find-links "$ROOT/.whl" "numpy>=1.24" "pandas>=2.0" "pyarrow>=14" "click>=8.1" "rich>=13" nvidia-ml-py || { echo "measuring needs numpy, pandas, pyarrow, click, rich and nvidia-ml-py: one is neither installed nor in .whl/ (docs/device-check.md)"; exit 1; }
+for p in "numba>=0.59" "jinja2>=3.1" "plotly>=5.18" "prometheus-client>=0.19" pytest; do "$VPY" -m pip install -q --no-index --find-links "$ROOT/.whl" "$p" >/dev/null 2>&1 || echo "optional $p: neither installed nor in .whl/ (not needed to measure)"; done
 "$VPY" -m pip install -q --no-index --find-links "$ROOT/.whl" "cupti-python>=13.3" "nvidia-cuda-cupti==13.4.*" pyelftools || echo "cupti-python / nvidia-cuda-cupti 13.4 / pyelftools not in .whl/: the CUPTI checks will skip"
 "$VPY" -c "import sitsprof.cli.main, pynvml, cupy; print(\"sitsprof from\", sitsprof.cli.main.__file__, \"- CuPy\", cupy.__version__)"'
 

@@ -53,6 +53,12 @@ def test_dry_run_lists_each_step_with_a_budget_under_six_minutes(tmp_path):
     # wheels from the ignored .whl/ folder, offline; CUPTI 13.4
     assert "--no-index --find-links \"$ROOT/.whl\"" in by["install"] and "nvidia-cuda-cupti==13.4.*" in by["install"]
     assert all(p in by["install"] for p in ("cupti-python", "pyelftools", "plotly"))
+    # issue 20.2: the one hard pip line asks for what measuring needs, nothing else
+    hard = [line for line in by["install"].splitlines() if "pip install" in line and "exit 1" in line]
+    assert len(hard) == 1 and re.findall(r'"?([a-z][a-z-]+)(?:>=[\d.]+)?"? ', hard[0].split("$ROOT/.whl\"")[1]
+                                         .split("||")[0] + " ") == ["numpy", "pandas", "pyarrow", "click", "rich",
+                                                                     "nvidia-ml-py"], hard
+    assert not any(p in hard[0] for p in ("plotly", "prometheus", "pytest", "numba", "jinja2"))
     # sitsprof through the venv's python, never a `sitsprof` looked up on PATH
     assert not re.search(r"(^|[\s;|&(])sitsprof\s", "".join(by.values()))
     assert '"$VPY" -m sitsprof.cli.main devices --json --counters' in by["devices"]
