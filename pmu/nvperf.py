@@ -18,9 +18,10 @@ their bare file name), so opening the two files by full path with RTLD_GLOBAL be
 `enable()` makes CUPTI's bare-name `dlopen` succeed, whatever the environment says.
 
 Which folder: the one holding the libcupti this process already loaded, or that cuda.pathfinder
-loads for cupti-python (same CUPTI release as the nvperf next to it), else the installed nvidia-cuda-cupti wheel's files (its RECORD), else a
-bare-name load (LD_LIBRARY_PATH or ldconfig already provide them), else `nvidia/*/lib` under
-the interpreter's site folders, else `$CUDA_HOME/extras/CUPTI/lib64`.
+loads for cupti-python (same CUPTI release as the nvperf next to it), else the installed
+nvidia-cuda-cupti wheel's files (its RECORD), else a bare-name load (LD_LIBRARY_PATH or
+ldconfig already provide them), else `nvidia/*/lib` under the interpreter's site folders, else
+`$CUDA_HOME/extras/CUPTI/lib64`.
 """
 from __future__ import annotations
 
