@@ -84,7 +84,25 @@ for _name in COMMAND_MODULES:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the command, map errors to one line and an exit status."""
+    """Entry point: run the command, map errors to one line and an exit status. Standard output
+    is checked (`common.stdio`): results that cannot be written are an error, never lost in silence."""
+    from sitsprof.common import stdio
+
+    with stdio.checked_stdout():
+        code = _main(argv)
+        try:
+            stdio.finish()
+        except BrokenPipeError:
+            pass
+        except stdio.StdoutError as exc:
+            click.echo(f"sitsprof: error: {exc}", err=True)
+            code = code or exc.exit_code
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
+    from sitsprof.common import stdio
+
     args = list(sys.argv[1:] if argv is None else argv)
     _DEBUG["on"] = False
     _add_debug_everywhere(cli)
@@ -107,10 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("sitsprof: interrupted", err=True)
         return 130
     except BrokenPipeError:
+        stdio.discard_buffered()
         return 0
     except Exception as exc:  # noqa: BLE001 - the one place that turns errors into lines
         if _DEBUG["on"]:
             raise
+        if isinstance(exc, stdio.StdoutError):  # nothing more can reach it; the exit flush must not fail again
+            stdio.discard_buffered()
         code = getattr(exc, "exit_code", None)
         if isinstance(code, int) and not isinstance(code, bool):
             click.echo(f"sitsprof: error: {exc}", err=True)

@@ -59,7 +59,9 @@ def record(duration, parent, name, device, clock_mode, sm, memory, interval, nvm
     try:
         _print_summary(run)
     except BrokenPipeError:  # stdout closed (`| head`): the workload's exit status still decides ours
-        _stdout_to_devnull()
+        from sitsprof.common.stdio import discard_buffered
+
+        discard_buffered()
     check_workload(command, result)
 
 
@@ -71,20 +73,6 @@ def _print_summary(run) -> None:
     for name, reason in (run.meta.get("samplers_skipped") or {}).items():
         click.echo(f"{name}: skipped: {reason}")
     click.echo(f"run directory: {run.path} ({run.status})")
-
-
-def _stdout_to_devnull() -> None:
-    """After EPIPE: what is still buffered, and the flush at exit, go nowhere instead of failing."""
-    import os
-    import sys
-
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
 
 
 @click.command("inspect")
