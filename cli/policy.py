@@ -407,7 +407,7 @@ def _keep_trace_block_tokens(ctx, param, value):
 
 
 @click.command("replay")
-@click.argument("trace_path", metavar="TRACE")
+@click.argument("trace_path", metavar="[TRACE]", required=False)
 @click.option("--engine", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True,
               help="Prefix-cache rules: vLLM v1's block pool, or SGLang's radix cache.")
 @click.option("--policy", "-p", "policy_text", default=REPLAY_POLICIES, show_default=True,
@@ -455,14 +455,30 @@ def _keep_trace_block_tokens(ctx, param, value):
               help="prefix routing: imbalanced when max - min load exceeds this ...")
 @click.option("--balance-rel", type=float, default=1.0001, show_default=True,
               help="... and max load exceeds this times the min; then the least loaded instance.")
+@click.option("--concurrency", type=int, default=None,
+              help="Closed loop: N clients, each sending its next request when its last one ends (vLLM's "
+                   "benchmark --max-concurrency); without TRACE, a synthetic workload of --isl/--osl.")
+@click.option("--isl", type=int, default=None, help="--concurrency without TRACE: prompt tokens (random, unshared).")
+@click.option("--osl", type=int, default=None, help="--concurrency without TRACE: output tokens per request.")
+@click.option("--requests", type=int, default=None, help="--concurrency without TRACE: requests in all "
+              "(default 4 per client).")
 def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, rate_scale, max_num_batched_tokens,
                max_num_seqs, calibration, model_name, seed, skip_bad_lines, fmt, as_json, window_s=None,
                threshold=False, threshold_windows=None, instances=None, routing=None, cache_threshold=0.5,
-               router_ttl="120s", load_window="60s", balance_abs=32, balance_rel=1.0001) -> None:
+               router_ttl="120s", load_window="60s", balance_abs=32, balance_rel=1.0001, concurrency=None, isl=None,
+               osl=None, requests=None) -> None:
     """Serve TRACE's requests through a serving engine: arrivals at their timestamps, continuous batching,
     chunked prefill, the engine's prefix-cache rules, the policy ordering the evictable blocks."""
     from sitsprof.policies.serving.summary import replay_document, replay_table
 
+    rb = None
+    if (concurrency, isl, osl, requests) != (None,) * 4:
+        from .validate import closed_loop_source
+
+        trace, rb, trace_path, fmt = closed_loop_source(trace_path, fmt, skip_bad_lines, concurrency, isl, osl,
+                                                        requests, kv_block_tokens, instances)
+    elif trace_path is None:
+        raise click.UsageError("give a TRACE, or --concurrency N --isl I --osl O for a synthetic closed loop")
     if instances is not None or routing is not None:
         _routed_replay(trace_path, fmt, skip_bad_lines, as_json, instances, routing, cache_threshold, router_ttl,
                        load_window, balance_abs, balance_rel, engine=engine, policies=policy_text,
@@ -472,13 +488,15 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
                        threshold=threshold or threshold_windows is not None,
                        sits={"threshold_windows": threshold_windows} if threshold_windows else None)
         return
-    trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
+    if rb is None:
+        trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
     doc = replay_document(trace, trace_path, fmt, engine=engine, policies=policy_text, capacities=capacity_text,
                           block_tokens=kv_block_tokens, rate_scale=rate_scale,
                           max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                           calibration=calibration, model=model_name, seed=seed, window_s=window_s,
                           threshold=threshold or threshold_windows is not None,
-                          sits={"threshold_windows": threshold_windows} if threshold_windows else None)
+                          sits={"threshold_windows": threshold_windows} if threshold_windows else None,
+                          reblocked=rb)
     if as_json:
         emit_json(doc)
         return

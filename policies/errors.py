@@ -45,3 +45,7 @@ class EmbedderError(PolicyEngineError):
 class ServingReplayError(PolicyEngineError):
     """Serving-replay options that cannot be replayed: a block size the trace cannot be
     re-blocked to, a policy without an incremental form, an impossible engine setting."""
+
+
+class SiliconTableError(PolicyEngineError):
+    """A measured-serving table (`policy validate --silicon`) that cannot be read or found."""

@@ -25,6 +25,8 @@ Each step (vLLM v1 `Scheduler.schedule`, FCFS):
    token (the first one is its TTFT); one with all `output_tokens` finishes and frees its
    blocks tail first.
 When nothing runs and nothing waits, the clock jumps to the next arrival.
+An arrival of +inf is a closed-loop request (workload.py, `--concurrency`): the first one
+arrives when some earlier request finishes (or is rejected), at that moment, in index order.
 
 `mode` 1 is the all-evictable check (no pinning, no prefix rule): a request's lookup at its
 first scheduling serves its trace references one by one as the whole-trace kernels do (a hit
@@ -102,8 +104,8 @@ WAITING, RUNNING, DONE, REJECTED, FUTURE = 0, 1, 2, 3, 4
  ST_PREFILL_TOKENS, ST_HIT_TOKENS, ST_PROMPT_TOKENS) = range(10)
 N_STATS = 16
 # scalars of the resumable scheduler state (`new_run_state`): waiting ring head and length,
-# running requests, next arrival, requests finished or rejected
-SI_WH, SI_WN, SI_NRUN, SI_NXT, SI_DONE = range(5)
+# running requests, next arrival, requests finished or rejected, next closed-loop request to issue
+SI_WH, SI_WN, SI_NRUN, SI_NXT, SI_DONE, SI_ISSUE = range(6)
 N_SI = 8
 
 
@@ -134,6 +136,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
     now = clock[0]
     nxt = si[SI_NXT]
     done = si[SI_DONE]
+    iss = si[SI_ISSUE]  # closed loop: the next request whose arrival (+inf) a finish sets; n = none
     while done < n:
         if now >= t_stop:
             break
@@ -144,6 +147,9 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                 status[nxt] = REJECTED
                 stats[ST_REJECTED] += 1
                 done += 1
+                if iss < n:  # its client sends the next request at once
+                    arrival[iss] = now
+                    iss += 1
             else:
                 status[nxt] = WAITING
                 wq[(wh + wn) % (n + 1)] = nxt
@@ -336,6 +342,9 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                         status[r] = DONE
                         t_done[r] = now
                         done += 1
+                        if iss < n:  # closed loop: the client sends its next request now
+                            arrival[iss] = now
+                            iss += 1
                         continue
             run[keep] = r
             keep += 1
@@ -345,6 +354,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
     si[SI_NRUN] = n_run
     si[SI_NXT] = nxt
     si[SI_DONE] = done
+    si[SI_ISSUE] = iss
     clock[0] = now
     return now
 
@@ -544,6 +554,8 @@ class ReplayRun:
         self.status = np.full(n, FUTURE, dtype=np.int8)
         self.stats = np.zeros(N_STATS, dtype=np.int64)
         self.rq, self.wq, self.run, self.sched, self.clock, self.si = new_run_state(n)
+        closed = np.flatnonzero(np.isposinf(arrival))  # closed-loop requests (workload.py) issue in order
+        self.si[SI_ISSUE] = int(closed[0]) if len(closed) else n
         self.calls = 0
 
     REJECTED = REJECTED  # the status code, for drivers (which do not import this module)

@@ -37,11 +37,12 @@ def sits_options(names: list[str], window_s=None, threshold=False, sits=None) ->
 
 def replay_document(trace, path, fmt, engine="vllm", policies="lru", capacities="10%", block_tokens=16,
                     rate_scale=1.0, max_num_batched_tokens=8192, max_num_seqs=256, calibration=None, model=None,
-                    seed=0, window_s=None, threshold=False, sits=None) -> dict:
-    """`window_s`, `threshold` and `sits` (SitsConfig fields, threshold_*) drive -p sits only."""
+                    seed=0, window_s=None, threshold=False, sits=None, reblocked=None) -> dict:
+    """`window_s`, `threshold` and `sits` (SitsConfig fields, threshold_*) drive -p sits only;
+    `reblocked`: the trace already re-blocked (workload.py's closed loop sets its arrivals)."""
     names = _policies(policies)
     sits_args = sits_options(names, window_s, threshold, sits)
-    rb = reblock(trace, block_tokens)
+    rb = reblocked if reblocked is not None else reblock(trace, block_tokens)
     caps = parse_capacities(capacities, rb.n_ids)
     rows = []
     for policy in names:
