@@ -304,9 +304,9 @@ class LoadedPlan:
     seed: int = 0
     hot_bytes: int = 16 * LINE_BYTES      # the hot set: small enough to stay L2-resident under load
     hot_samples: int = 4096
-    retouch_lines: int = 32               # lines primed and re-touched per round
+    retouch_lines: int = 8                # lines primed and re-touched per round (issue 20.3: short ages)
     intervals_ns: tuple[int, ...] = RETOUCH_INTERVALS_NS
-    interval_reps: int = 6
+    interval_reps: int = 24
     probe_shared_bytes: int = 0           # static shared memory of the probe kernels (0: from the kernel text)
     probe_blocks_per_sm: int = 2          # probe grid = this x SMs one-thread blocks; one claims the target SM
     placement_retries: int = 1            # a chase whose window is not inside the saturator's is rerun

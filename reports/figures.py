@@ -100,11 +100,34 @@ def check_figures(run) -> dict:
                          "retouch_p99": float(r.p99) if r is not None else nan,
                          "delay_p50": float(delay.summary["p50"]) if delay is not None else nan,
                          "residency_us": float(resid) / 1e3})
+        bands = ([] if res.replacement_levels is None else
+                 [{k: (int(v) if k in ("level", "far_band", "misses", "retouches") else float(v))
+                   for k, v in r.items() if k in BAND_KEYS}
+                  for r in res.replacement_levels.to_dict("records")])
         out["loaded"] = {"levels": int(levels["level"].nunique()),
-                         "max_fraction": float(levels["bandwidth_fraction"].max()), "rows": rows,
+                         "max_fraction": float(levels["bandwidth_fraction"].max()), "rows": rows, "bands": bands,
                          "invalid_chases": len(res.loaded_invalid), "excluded_levels": list(res.loaded_excluded_levels)}
         out["loaded"]["meets"] = out["loaded"]["levels"] >= 8 and out["loaded"]["max_fraction"] >= 0.9
     return out
+
+
+#: Per level, the re-touch classification (reports/replacement.py): the two references, the
+#: cuts, how well the references separate and what fell in each band.
+BAND_KEYS = ("level", "hit_p99", "miss_p1", "hit_cut", "cut", "separation", "retouches", "far_band", "far_p50",
+             "misses")
+
+
+def _band_lines(bands: list[dict]) -> list[str]:
+    lines = ["re-touch bands (cycles, same-load references; docs/replacement-delay.md): hit <= hot-set p99 < "
+             "far-L2 band < HBM p1 <= evicted; far-band re-touches are never counted as evictions",
+             "level  hot p99  hbm p1  cut(s)       separation  re-touches  far band (p50)  evicted"]
+    for b in bands:
+        cuts = (f"{b['hit_cut']:.0f} / {b['cut']:.0f}" if b["hit_cut"] < b["cut"]
+                else f"{b['cut']:.0f} (overlap)")
+        far = f"{b['far_band']} ({b['far_p50']:.0f})" if b["far_band"] else "0"
+        lines.append(f"{b['level']:5d}  {b['hit_p99']:7.0f}  {b['miss_p1']:6.0f}  {cuts:<11}  {b['separation']:10.2f}"
+                     f"  {b['retouches']:10d}  {far:>14}  {b['misses']:7d}")
+    return lines
 
 
 def format_figures(fig: dict) -> list[str]:
@@ -146,6 +169,8 @@ def format_figures(fig: dict) -> list[str]:
             lines.append(f"{r['level']:5d}  {r['fraction']:8.2f}  {r['gbs']:5.0f}  {r['hbm_p50']:8.0f} / "
                          f"{r['hbm_p99']:6.0f}      {r['retouch_p50']:6.0f} / {r['retouch_p99']:6.0f}  "
                          f"{r['delay_p50']:8.0f}  {r['residency_us']:12.1f}")
+        if ld.get("bands"):
+            lines.extend(_band_lines(ld["bands"]))
     for m in fig["missing"]:
         lines.append(f"missing: probes/{m}.parquet")
     return lines

@@ -194,8 +194,10 @@ def calibration_from_run(run, allow_incomplete: bool = False, name: str | None =
 
 def replacement_delay_entry(res: RunAnalysis) -> dict:
     """The calibration's replacement delay (docs/replacement-delay.md): per load level the
-    same-load hit latency, the classification cut, the delay distribution of missed re-touches
-    (quantiles and histogram; null where nothing was evicted) and the L2 residency curve and time."""
+    same-load hit latency, the classification cuts (hit at or below `hit_cut_cycles`, evicted at
+    or above `cut_cycles`, the far-L2 band between: `far_band` re-touches, never evictions), the
+    delay distribution of missed re-touches (quantiles and histogram; null where nothing was
+    evicted) and the L2 residency curve and time."""
     import math
 
     levels = []
@@ -210,6 +212,8 @@ def replacement_delay_entry(res: RunAnalysis) -> dict:
                           "resident_fraction": float(c.resident_fraction)} for c in curve.itertuples()]}
         entry = {"level": level, "bandwidth_fraction": float(row.bandwidth_fraction),
                  "hit_cycles": float(row.hit_p50), "miss_cycles": float(row.miss_p50), "cut_cycles": float(row.cut),
+                 "hit_cut_cycles": float(row.hit_cut), "far_band": int(row.far_band),
+                 "far_cycles": float(row.far_p50) if math.isfinite(row.far_p50) else None,
                  "separation": float(row.separation), "retouches": int(row.retouches), "misses": int(row.misses),
                  "evicted_fraction": float(row.evicted_fraction), "residency": residency, "delay": None}
         if d is not None and d.summary["count"]:

@@ -1,15 +1,29 @@
 """Replacement delay and L2 residency per load level, from the raw `probes/loaded` table.
 
 The method is docs/replacement-delay.md's. Per load level the run holds three same-load
-sample sets from one SM: `hot` (a small ring chased continuously, so its lines stay in the
-L2: the hit latency under that load, near and far L2 partitions both), `hbm` (a chase far
-beyond the L2: the miss latency under that load) and `retouch` (lines touched once, then again
-after a controlled interval; each row carries the interval asked for and the line's measured
-age). Each re-touch is classified hit or miss against that level's hit and miss distributions
-(the cut that misclassifies the smallest share of both, not a fixed latency, so a far-L2 hit is
-not counted as an eviction); the replacement delay is a missed re-touch's latency minus the
-median same-load hit; the residency curve is the share of re-touches that hit against the
-lines' age, and the residency time the age at which it falls through one half.
+sample sets from one SM: `hot` (a small ring chased continuously: re-touched every few
+microseconds, so on H100/H200 it is served from the near L2 partition, ~280 cycles), `hbm` (a
+chase far beyond the L2: the miss latency under that load) and `retouch` (lines touched once,
+then again after a controlled interval; each row carries the interval asked for and the line's
+measured age).
+
+Each re-touch falls in one of three bands of that level (issue 20 item 3):
+
+* `hit`: at or below the same-load hot-set p99 (`hit_cut`): an L2 hit like the hot set's;
+* `miss`: at or above the same-load HBM p1 (`cut`, the eviction cut): an L2 miss, the line was
+  evicted;
+* `far`: strictly between the two: slower than any near hit of the hot set, faster than any
+  measured miss. A line that lost its near copy but is still in the far partition lands here
+  (~500 cycles; gpu-benches gpu-latency/gh200.txt: 458-490 cycles at 34-37 MB). It is reported
+  on its own (count and latency) and NEVER counted as an eviction.
+
+When the two references overlap (hot p99 >= HBM p1, e.g. L2 queueing at the top load) there is
+no far band: one cut, the one that misclassifies the smallest share of both references, splits
+hit from miss, and `separation` (1 - that smallest share) says how far to trust it.
+
+The replacement delay is a missed re-touch's latency minus the median same-load hot-set hit;
+the residency curve is the share of re-touches not evicted (hit or far) against the lines' age,
+and the residency time the age at which it falls through one half.
 """
 from __future__ import annotations
 
@@ -62,6 +76,18 @@ def residency_time(ages_ns: np.ndarray, resident: np.ndarray, level: float = RES
     return float(np.exp(x)), "="
 
 
+def band_cuts(hit_sorted: np.ndarray, miss_sorted: np.ndarray) -> tuple[float, float, float]:
+    """(hit_cut, miss_cut, separation) of one level: the hot-set p99 and the HBM p1 when the first
+    is below the second (a re-touch between them is in the far band), else the balanced cut for
+    both (no far band); separation as `balanced_threshold` gives it."""
+    cut, separation = balanced_threshold(hit_sorted, miss_sorted)
+    hit_p99 = float(np.quantile(hit_sorted, 0.99))
+    miss_p1 = float(np.quantile(miss_sorted, 0.01))
+    if hit_p99 < miss_p1:
+        return hit_p99, miss_p1, separation
+    return cut, cut, separation
+
+
 @dataclass
 class LevelReplacement:
     """One load level's classification, delays and residency curve."""
@@ -70,10 +96,12 @@ class LevelReplacement:
     bandwidth_fraction: float
     hit: np.ndarray             # sorted hot-set latencies (cycles)
     miss_reference: np.ndarray  # sorted HBM-chase latencies (cycles)
-    cut: float
+    hit_cut: float              # a re-touch at or below: hit (the hot-set p99, or the one cut)
+    cut: float                  # the eviction cut: at or above (above, with one cut), a miss
     separation: float
     retouch: np.ndarray         # re-touch latencies, in table order
-    missed: np.ndarray          # bool per re-touch
+    missed: np.ndarray          # bool per re-touch: evicted (miss band)
+    far: np.ndarray             # bool per re-touch: far band (between the cuts), not evicted
     delays: np.ndarray          # sorted: missed re-touch latency - median hit
     curve: list[dict]           # per interval asked for: interval_ns, age_ns (median), samples, resident
     residency_ns: float
@@ -90,10 +118,14 @@ class LevelReplacement:
         def q(p: float) -> float:
             return float(np.quantile(d, p)) if d.size else float("nan")
 
+        far = self.retouch[self.far]
         return {"level": self.level, "bandwidth_fraction": self.bandwidth_fraction,
                 "hit_p50": self.hit_p50, "hit_p99": float(np.quantile(self.hit, 0.99)),
-                "miss_p50": float(np.median(self.miss_reference)), "cut": self.cut, "separation": self.separation,
-                "retouches": int(self.retouch.size), "misses": int(self.missed.sum()),
+                "miss_p1": float(np.quantile(self.miss_reference, 0.01)),
+                "miss_p50": float(np.median(self.miss_reference)), "hit_cut": self.hit_cut, "cut": self.cut,
+                "separation": self.separation, "retouches": int(self.retouch.size), "misses": int(self.missed.sum()),
+                "far_band": int(far.size), "far_p50": float(np.median(far)) if far.size else float("nan"),
+                "far_fraction": float(self.far.mean()) if self.far.size else float("nan"),
                 "evicted_fraction": float(self.missed.mean()) if self.missed.size else float("nan"),
                 "delay_p50": q(0.5), "delay_p90": q(0.9), "delay_p99": q(0.99),
                 "residency_ns": self.residency_ns, "residency_bound": self.residency_bound}
@@ -115,9 +147,10 @@ def replacement_levels(frame, level_col: str = "level", lat_col: str = "latency_
         rt = sub[acc == "retouch"]
         if hit.size == 0 or miss.size == 0 or rt.empty:
             continue
-        cut, sep = balanced_threshold(hit, miss)
+        hit_cut, cut, sep = band_cuts(hit, miss)
         lat = rt[lat_col].to_numpy(dtype=np.float64)
-        missed = lat > cut
+        missed = lat >= cut if hit_cut < cut else lat > cut
+        far = (lat > hit_cut) & ~missed
         delays = np.sort(lat[missed] - float(np.median(hit)))
         curve = []
         intervals = rt["interval_ns"].to_numpy()
@@ -125,9 +158,10 @@ def replacement_levels(frame, level_col: str = "level", lat_col: str = "latency_
         for iv in np.unique(intervals):
             sel = intervals == iv
             curve.append({"interval_ns": int(iv), "age_ns": float(np.median(ages[sel])), "samples": int(sel.sum()),
-                          "resident_fraction": float(1.0 - missed[sel].mean())})
+                          "resident_fraction": float(1.0 - missed[sel].mean()),
+                          "far_fraction": float(far[sel].mean())})
         curve.sort(key=lambda c: c["age_ns"])
         res_ns, bound = residency_time([c["age_ns"] for c in curve], [c["resident_fraction"] for c in curve])
-        out.append(LevelReplacement(int(level), float(rt[fraction_col].mean()), hit, miss, cut, sep, lat, missed,
-                                    delays, curve, res_ns, bound))
+        out.append(LevelReplacement(int(level), float(rt[fraction_col].mean()), hit, miss, hit_cut, cut, sep, lat,
+                                    missed, far, delays, curve, res_ns, bound))
     return out

@@ -207,11 +207,14 @@ def replacement_figures(run: RunAnalysis) -> tuple[list[Figure], list[Table]]:
         layout = axis_titles("line age (us, log)", "share of re-touched lines still in the L2")
         layout["xaxis"]["type"] = "log"
         figs.append(Figure("L2 residency per load level", curves, layout,
-                           caption="Share of re-touches classified hits against the line's age (prime to re-touch)."))
+                           caption="Share of re-touches not evicted (near hits and the far-L2 band) against the "
+                                   "line's age (prime to re-touch)."))
         lv = run.replacement_levels
-        tables.append(Table(["level", "bandwidth fraction", "hit p50 (cycles)", "miss p50 (cycles)", "cut (cycles)",
-                             "evicted share", "residency (us)"],
-                            [[int(r.level), r.bandwidth_fraction, r.hit_p50, r.miss_p50, r.cut, r.evicted_fraction,
+        tables.append(Table(["level", "bandwidth fraction", "hit p50 (cycles)", "miss p50 (cycles)",
+                             "hit cut (hot p99)", "evicted cut (HBM p1)", "far-L2 band share", "evicted share",
+                             "residency (us)"],
+                            [[int(r.level), r.bandwidth_fraction, r.hit_p50, r.miss_p50, r.hit_cut, r.cut,
+                              r.far_fraction, r.evicted_fraction,
                               ("" if r.residency_bound == "=" else r.residency_bound) + f"{r.residency_ns / 1e3:.1f}"]
                              for r in lv.itertuples()], title="L2 residency time per load level"))
     return figs, tables

@@ -142,15 +142,17 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
 
 #: Re-touch intervals of the synthetic loaded table (ns), as the probe's default schedule.
 RETOUCH_INTERVALS_NS = (0, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000)
-RETOUCH_LINES = 32
+RETOUCH_LINES = 8  # as probes.plan.LoadedPlan.retouch_lines
 #: The model's L2 (bytes) and peak bandwidth (GB/s): a line lives about L2 / injected bandwidth.
 MODEL_L2, MODEL_PEAK_GBS = 50 * MIB, 4200.0
 
 
 def _loaded_frames(rng, budget: int, slowdown: float, sm_mhz: float) -> list:
     """Rows of probes/loaded as kernels/loaded.cu writes them, per level: `hbm` (the queueing
-    curve), `hot` (near/far L2 hits under load) and `retouch` (each line a hit while it survives:
-    exp(-age / lifetime), lifetime = L2 / injected bandwidth; a miss costs an HBM access)."""
+    curve), `hot` (near-L2 hits under load: the hot set is re-touched every few microseconds, so
+    it keeps a near copy) and `retouch` (each line in the L2 while it survives: exp(-age /
+    lifetime), lifetime = L2 / injected bandwidth; a survivor is a near or, 40 % of the time, a
+    far-partition hit, which lies between the hot set and HBM; a miss costs an HBM access)."""
     import pandas as pd
 
     levels = np.linspace(0.0, 0.93, 10)
@@ -161,8 +163,8 @@ def _loaded_frames(rng, budget: int, slowdown: float, sm_mhz: float) -> list:
         hbm_centre = queueing_curve(frac, 648.0, 38.0, 0.97) * slowdown
         extra = queueing_curve(frac, 0.0, 6.0, 0.97) + 20.0 * frac
 
-        def hits(n, extra=extra, frac=frac):
-            far = rng.random(n) < 0.4  # lines in the far partition
+        def hits(n, extra=extra, frac=frac, far_share=0.4):
+            far = rng.random(n) < far_share  # lines in the far partition
             return np.where(far, 505.0, 282.0) * slowdown + extra + rng.gamma(2.0, 3.0 + 10 * frac, n)
 
         def misses(n, centre=hbm_centre, frac=frac):
@@ -170,12 +172,14 @@ def _loaded_frames(rng, budget: int, slowdown: float, sm_mhz: float) -> list:
             return centre + rng.gamma(2.0, spread / 2.0, n) - spread
 
         iv = np.repeat(np.tile(np.asarray(RETOUCH_INTERVALS_NS, dtype=np.int64), reps), RETOUCH_LINES)
-        age = iv + rng.uniform(5_000.0, 15_000.0, iv.size)
+        age = iv + rng.uniform(1_500.0, 5_000.0, iv.size)  # 8 lines a round: a few us of the round's own
         lifetime = MODEL_L2 / (frac * MODEL_PEAK_GBS) if frac > 0 else np.inf  # bytes / (bytes per ns)
         survived = rng.random(iv.size) < np.exp(-age / lifetime)
         retouch = np.where(survived, hits(iv.size), misses(iv.size))
         t0 = 10**12 + i * 10**8  # %globaltimer: each level's chases inside its saturator's window
-        for k, (access, vals, fp) in enumerate((("hbm", misses(per), 64 * MIB), ("hot", hits(per), 2 * KIB),
+        miss_ref = misses(per)
+        hot = hits(per, far_share=0.0)
+        for k, (access, vals, fp) in enumerate((("hbm", miss_ref, 64 * MIB), ("hot", hot, 2 * KIB),
                                                 ("retouch", retouch, 8 * MIB))):
             n = vals.size
             lat = np.maximum(vals, 1.0).astype(np.float32)

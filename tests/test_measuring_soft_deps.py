@@ -75,6 +75,7 @@ def test_probe_figures_on_the_demo_synthetic_run_needs_none_of_them(demo_run, tm
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert out.startswith("SYNTHETIC: this run was generated")
-    for line in ("l2_near", "hbm", "copy kernel", "loaded latency"):
+    for line in ("l2_near", "hbm", "copy kernel", "loaded latency", "far-L2 band < HBM p1 <= evicted",
+                 "level  hot p99  hbm p1  cut(s)       separation  re-touches  far band (p50)  evicted"):
         assert line in out, line
     assert "LEAKED none" in out

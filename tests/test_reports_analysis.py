@@ -109,7 +109,8 @@ def test_samplers_and_clock_drift(res):
     assert set(res.samplers) == {"nvml", "gpm"}
     assert set(res.samplers["nvml"]) == {"sm_clock_mhz", "memory_clock_mhz", "power_w", "temperature_c"}
     xs, ys = res.samplers["nvml"]["sm_clock_mhz"]
-    assert xs.size <= 1500 and ys.size == xs.size and xs[0] == 0.0  # seconds from the phases' origin
+    # seconds from the phases' origin: the first bucket's min/max row, within its first 5 rows (16 ms each)
+    assert xs.size <= 1500 and ys.size == xs.size and 0.0 <= xs[0] < 0.1
     assert res.phases_aligned
     assert 0 < res.clock["max_drift_pct"] < 2 and res.clock["min_mhz"] < res.clock["max_mhz"]
     assert [p["name"] for p in res.phases] == ["latency", "tlb", "bandwidth", "loaded"]
@@ -196,10 +197,12 @@ def test_tlb_steps_from_a_recorded_sweep(tmp_path):
     assert first["reach_pages"] == 256 and first["size"] == pytest.approx(60)
 
 
-def _recorded_loaded(rng, levels=9, lines=32, reps=4, far_share=0.4, lifetime_at_full_ns=20_000.0):
-    """A loaded table with the probe's raw columns: hbm, hot (near 280 / far 500 cycles) and
-    retouch rows whose lines survive exp(-age / lifetime) (lifetime ~ 1 / load); the truth of
-    each re-touch (evicted or not) is returned beside it."""
+def _recorded_loaded(rng, levels=9, lines=32, reps=4, far_share=0.4, lifetime_at_full_ns=20_000.0,
+                     hot_far_share=None):
+    """A loaded table with the probe's raw columns: hbm, hot (near 280 / far 500 cycles; far in
+    `hot_far_share` of the samples, default `far_share`) and retouch rows whose lines survive
+    exp(-age / lifetime) (lifetime ~ 1 / load), a survivor far in `far_share` of them; the truth
+    of each re-touch (evicted or not) is returned beside it."""
     import pandas as pd
 
     from sitsprof.probes.tables import chase_frame
@@ -209,8 +212,8 @@ def _recorded_loaded(rng, levels=9, lines=32, reps=4, far_share=0.4, lifetime_at
     for level in range(levels):
         frac = level / (levels - 1)
 
-        def hits(n):
-            return np.where(rng.random(n) < far_share, 500.0, 280.0) * (1 + rng.normal(0, 0.02, n))
+        def hits(n, share=far_share):
+            return np.where(rng.random(n) < share, 500.0, 280.0) * (1 + rng.normal(0, 0.02, n))
 
         def misses(n, frac=frac):
             return 650 * (1 + 0.5 * frac ** 3) * (1 + rng.normal(0, 0.02, n))
@@ -224,7 +227,8 @@ def _recorded_loaded(rng, levels=9, lines=32, reps=4, far_share=0.4, lifetime_at
         common = dict(level=level, target_fraction=frac, throttle_ns=0, achieved_gbs=4000 * frac,
                       bandwidth_fraction=frac, probe_sm=7, attempt=0, valid=True, invalid_reason="")
         frames.append(chase_frame(misses(400) + 6, 6, MHZ, access="hbm", interval_ns=-1, **common))
-        frames.append(chase_frame(hits(400) + 6, 6, MHZ, access="hot", interval_ns=-1, **common))
+        hot = hits(400, far_share if hot_far_share is None else hot_far_share)
+        frames.append(chase_frame(hot + 6, 6, MHZ, access="hot", interval_ns=-1, **common))
         frames.append(chase_frame(retouch + 6, 6, MHZ, access="retouch",
                                   per_sample={"interval_ns": iv, "age_ns": age.astype(np.float32)}, **common))
     frame = pd.concat(frames, ignore_index=True)
@@ -245,7 +249,8 @@ def test_load_levels_from_a_recorded_loaded_table(tmp_path):
     assert len(levels) == 27 and set(levels["access"]) == {"hbm", "hot", "retouch"}
     lv = res.replacement_levels.set_index("level")
     for level, (evicted, _age) in truth.items():
-        assert lv.loc[level, "evicted_fraction"] == pytest.approx(evicted.mean(), abs=0.02), level
+        # a miss is at or above the same-load HBM p1, so about 1 % of real misses fall in the far band
+        assert evicted.mean() * 0.95 - 0.01 <= lv.loc[level, "evicted_fraction"] <= evicted.mean() + 0.005, level
         assert lv.loc[level, "separation"] > 0.9
         assert 500 < lv.loc[level, "cut"] < lv.loc[level, "miss_p50"]
     assert lv.loc[0, "misses"] == 0 and lv.loc[0, "evicted_fraction"] == 0  # idle: the far hits are hits
@@ -268,6 +273,61 @@ def test_load_levels_from_a_recorded_loaded_table(tmp_path):
     assert lv.loc[0, "residency_bound"] == ">"
     curve = res.residency[8]
     assert curve["age_ns"].is_monotonic_increasing and curve["resident_fraction"].iloc[-1] < 0.05
+
+
+def test_far_l2_retouches_are_a_band_of_their_own_never_evictions():
+    """Issue 20.3: the hot set is re-touched so often that it is served from the near L2 (280
+    cycles here, no far samples), while half the surviving re-touched lines are far-partition
+    hits (500). Each re-touch is checked against its own truth: no survivor is counted as evicted,
+    every far survivor is in the far band (between the hot-set p99 and the HBM p1), and the band
+    is reported per level. The control: the single balanced cut, midway between the references,
+    would have counted every far survivor as an eviction."""
+    from sitsprof.reports.replacement import balanced_threshold, replacement_levels
+
+    rng = np.random.default_rng(11)
+    frame, truth = _recorded_loaded(rng, far_share=0.5, hot_far_share=0.0)
+    levels = {lv.level: lv for lv in replacement_levels(frame)}
+    assert sorted(levels) == sorted(truth)
+    for level, (evicted, _age) in truth.items():
+        lv = levels[level]
+        survivor_far = ~evicted & (lv.retouch > 400)
+        assert survivor_far.sum() > 0.3 * (~evicted).sum(), level  # the model put far survivors here
+        assert not (lv.missed & ~evicted).any(), level               # no survivor counted as evicted
+        assert lv.far[survivor_far].all(), level                     # each far survivor is in the far band
+        assert not (lv.far & ~lv.missed & (lv.retouch <= lv.hit_cut)).any()
+        row = lv.row()
+        assert row["hit_cut"] == pytest.approx(np.quantile(lv.hit, 0.99))
+        assert row["cut"] == pytest.approx(np.quantile(lv.miss_reference, 0.01))
+        assert row["far_band"] == int(lv.far.sum()) >= int(survivor_far.sum())
+        assert 480 < row["far_p50"] < 520
+        assert evicted.mean() * 0.95 - 0.01 <= row["evicted_fraction"] <= evicted.mean()
+        if level <= 2:  # the old rule's cut, midway to HBM, lies below 500 up to here: far = evicted
+            old_cut = balanced_threshold(lv.hit, lv.miss_reference)[0]
+            assert (lv.retouch[survivor_far] > old_cut).mean() > 0.8, level
+
+
+def test_probe_figures_print_the_bands_of_the_synthetic_run(res):
+    """Issue 20.3: `probe figures` prints per level the hot-set p99, the HBM p1, the cuts, the
+    separation and the far band; at idle (nothing evicts) the far-L2 re-touches are all in the
+    band and none is evicted."""
+    from sitsprof.reports.figures import check_figures, format_figures
+
+    fig = check_figures(res)
+    bands = {b["level"]: b for b in fig["loaded"]["bands"]}
+    lv = res.replacement_levels.set_index("level")
+    assert sorted(bands) == list(range(10))
+    assert bands[0]["misses"] == 0 and bands[0]["far_band"] > 0.2 * bands[0]["retouches"]
+    assert 480 < bands[0]["far_p50"] < 560
+    for level, b in bands.items():
+        assert b["hit_p99"] < b["far_p50"] < b["miss_p1"], level
+        assert b["far_band"] == lv.loc[level, "far_band"] and b["misses"] == lv.loc[level, "misses"]
+    lines = format_figures(fig)
+    head = lines.index("level  hot p99  hbm p1  cut(s)       separation  re-touches  far band (p50)  evicted")
+    assert "never counted as evictions" in lines[head - 1]
+    b = bands[0]
+    assert lines[head + 1].split() == ["0", f"{b['hit_p99']:.0f}", f"{b['miss_p1']:.0f}", f"{b['hit_cut']:.0f}", "/",
+                                       f"{b['cut']:.0f}", f"{b['separation']:.2f}", str(b["retouches"]),
+                                       str(b["far_band"]), f"({b['far_p50']:.0f})", "0"]
 
 
 def test_invalid_loaded_chases_are_excluded_and_counted(tmp_path):
