@@ -118,6 +118,15 @@ class NvmlCollector:
             values.update((name, float(value)) for name, value in row.items() if value is not None)
         return values
 
+    def describe(self):
+        """Every family this collector can yield, with no samples: what prometheus-client's
+        registry indexes names by, so `/metrics?name[]=DCGM_FI_DEV_SM_CLOCK` selects this
+        collector (without it the filtered scrape was an empty body)."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        names = [(name, doc) for name, doc in _GAUGES] + [(name, doc) for name, _, doc in _GPM_GAUGES]
+        return [GaugeMetricFamily(name, doc, labels=LABELS) for name, doc in names]
+
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
 

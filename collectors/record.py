@@ -4,9 +4,12 @@ The child is tied to sitsprof (it gets SIGTERM if sitsprof dies, even by SIGKILL
 taken down when sitsprof is interrupted), so locked clocks are never left serving a workload
 nobody is recording. It runs in its own process group, and stopping it (on --duration or an
 interruption) stops the whole group: a shell script's children, a launcher's workers, not only
-the direct child. (A group of its own is not the terminal's foreground group: Ctrl-C reaches
-sitsprof, which stops the workload, and a workload that reads the terminal would be stopped by
-SIGTTIN, so a recorded command should not be interactive.) The run directory, clocks and
+the direct child. Every exit path ends the whole group: a workload that exits leaving background
+processes behind has them stopped too, and if sitsprof itself is killed (SIGKILL, which no code
+of its own survives) a watchdog process (collectors/watchdog.py) stops the group. (A group of
+its own is not the terminal's foreground group: Ctrl-C reaches sitsprof, which stops the
+workload, and a workload that reads the terminal would be stopped by SIGTTIN, so a recorded
+command should not be interactive.) The run directory, clocks and
 samplers come from `recording()`.
 """
 from __future__ import annotations
@@ -14,11 +17,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 from sitsprof.collectors.errors import CollectorError, WorkloadFailed
 from sitsprof.collectors.rundir import RunDirectory
+from sitsprof.common.procs import die_with_parent
 from sitsprof.common.signals import signals_deferred
 
 
@@ -26,14 +29,7 @@ def _start_child() -> None:  # pragma: no cover - runs in the child
     """Its own process group (its pid), so the whole workload can be stopped at once; and on
     Linux SIGTERM if sitsprof dies (even by SIGKILL)."""
     os.setpgid(0, 0)
-    if sys.platform != "linux":
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001
-        pass
+    die_with_parent(signal.SIGTERM)
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -49,8 +45,11 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 def _end(child: subprocess.Popen, grace_s: float) -> None:
     """SIGTERM to the workload's process group, then SIGKILL to whatever of it is left after
-    `grace_s` (the direct child first reaped, so its pid stays the group's until then)."""
+    `grace_s` (the direct child first reaped, so its pid stays the group's until then). A group
+    already empty (the usual end of a workload) costs one kill(2)."""
     pgid = child.pid
+    if child.returncode is not None and not _signal_group(pgid, 0):
+        return
     _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     try:
@@ -69,7 +68,9 @@ def _run_workload(command, duration_s, grace_s: float = 5.0) -> dict:
     if not command:
         time.sleep(duration_s)
         return {"exit_code": None, "timed_out": False, "seconds": time.monotonic() - started}
-    child = None
+    from sitsprof.collectors.watchdog import GroupWatchdog
+
+    child = watchdog = None
     timed_out = False
     try:
         # Signals wait until Popen returns: with preexec_fn, Python runs fork hooks in this
@@ -81,15 +82,17 @@ def _run_workload(command, duration_s, grace_s: float = 5.0) -> dict:
                 child = subprocess.Popen(command, preexec_fn=_start_child)
             except OSError as exc:
                 raise CollectorError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
+            watchdog = GroupWatchdog(child.pid, grace_s)
         child.wait(timeout=duration_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _end(child, grace_s)
-    except BaseException:
-        # interrupted (Ctrl-C, SIGTERM): take the workload down with us, its children too
+    finally:
+        # every way out (its end, --duration, Ctrl-C, SIGTERM) takes the whole group down: a
+        # shell's background jobs too; then the watchdog may leave
         if child is not None:
             _end(child, grace_s)
-        raise
+        if watchdog is not None:
+            watchdog.release()
     return {"exit_code": child.returncode, "timed_out": timed_out, "seconds": time.monotonic() - started,
             "pid": child.pid}
 

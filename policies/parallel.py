@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -156,6 +155,16 @@ _WORKER: dict = {}
 
 
 def _worker_init(packed, setup) -> None:
+    """A worker dies with the sweep (its parent, even SIGKILLed: PR_SET_PDEATHSIG) and leaves
+    Ctrl-C and SIGTERM to it: the parent stops every worker on either."""
+    import signal
+
+    from sitsprof.common.procs import die_with_parent
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if not die_with_parent(signal.SIGKILL) and sys.platform.startswith("linux"):
+        os._exit(1)  # the parent is already gone: no one is waiting for this worker
     trace = packed if isinstance(packed, Trace) else unpack_trace(packed)
     _WORKER.update(trace=trace, state=setup(trace) if setup is not None else None)
 
@@ -254,28 +263,63 @@ def _pool_map(task, setup, trace, items, shared, jobs, progress, labels, warm_it
     method = method or start_method()
     if method not in START_METHODS:
         raise ParallelError(f"start method must be one of {', '.join(START_METHODS)}, got {method!r}")
-    folder = tempfile.mkdtemp(prefix="sitsprof-sweep-")
+    from sitsprof.common.procs import private_tempdir
+    from sitsprof.common.signals import terminate_raises
+
+    # SIGTERM/SIGHUP raise here (they used to kill this process outright, orphaning the workers
+    # and the folder); the folder is named by pid, so one a SIGKILL left is reclaimed next time
+    folder = private_tempdir(TEMP_PREFIX)
     try:
-        context = _context(method)
-        # a forked worker inherits the trace (copy-on-write); others map it from the folder
-        packed = trace if method == "fork" else pack_trace(trace, folder)
-        if method == "fork":  # compile before forking: every worker inherits the compiled code
-            _warm(task, setup, trace, warm_items, shared)
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init,
-                                 initargs=(packed, setup)) as pool:
-            ready = [pool.submit(_worker_ready) for _ in range(jobs)]  # start the workers now...
-            if method != "fork":  # ...while this process compiles (and caches) or loads the kernels
+        with terminate_raises():
+            context = _context(method)
+            # a forked worker inherits the trace (copy-on-write); others map it from the folder
+            packed = trace if method == "fork" else pack_trace(trace, folder)
+            if method == "fork":  # compile before forking: every worker inherits the compiled code
                 _warm(task, setup, trace, warm_items, shared)
-            for f in ready:
-                f.result()
-            futures = {pool.submit(_worker_run, task, item, shared): i for i, item in enumerate(items)}
-            return _collect(as_completed(futures), futures, progress, labels)
+            pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init,
+                                       initargs=(packed, setup))
+            finished = False
+            try:
+                ready = [pool.submit(_worker_ready) for _ in range(jobs)]  # start the workers now...
+                if method != "fork":  # ...while this process compiles (and caches) or loads the kernels
+                    _warm(task, setup, trace, warm_items, shared)
+                for f in ready:
+                    f.result()
+                futures = {pool.submit(_worker_run, task, item, shared): i for i, item in enumerate(items)}
+                results = _collect(as_completed(futures), futures, progress, labels)
+                finished = True
+                return results
+            finally:
+                if finished:
+                    pool.shutdown(wait=True)
+                else:
+                    _stop_pool(pool)
     except BrokenProcessPool:
         raise ParallelError(
             "a sweep worker process died (killed, out of memory, or a script that starts a parallel sweep "
             "when imported: put it under `if __name__ == \"__main__\":`, or use --jobs 1)") from None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+TEMP_PREFIX = "sitsprof-sweep-"
+
+
+def _stop_pool(pool) -> None:
+    """Stop a pool at once, running tasks included (shutdown alone waits for them): on an error,
+    Ctrl-C or SIGTERM, the workers go with the sweep."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        try:
+            process.kill()
+        except (OSError, ValueError):  # already gone, or already closed
+            pass
+    for process in processes:
+        try:
+            process.join(5)
+        except (OSError, ValueError, AssertionError):
+            pass
 
 
 def _collect(completed, futures: dict, progress, labels) -> list:

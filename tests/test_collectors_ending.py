@@ -138,7 +138,8 @@ def test_signal_sweep_around_the_end_never_leaves_running(fake_gpu, tmp_path):
 
 # -- item 5: the workload's process group -------------------------------------------------------
 
-def _processes_with(marker: str) -> list[int]:
+def _processes_with(marker: str, program: str | None = None) -> list[int]:
+    """Live processes whose command line holds `marker` (and whose argv[0] is `program`, if given)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -148,7 +149,7 @@ def _processes_with(marker: str) -> list[int]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker in cmdline and state != "Z":
+        if marker in cmdline and state != "Z" and (program is None or cmdline.split(" ")[0] == program):
             found.append(int(entry.name))
     return found
 
@@ -158,8 +159,18 @@ def marker():
     """A unique `sleep` argument to find the workload's grandchildren by; kills survivors."""
     mark = f"37.{random.randrange(10**6):06d}"
     yield mark
-    for pid in _processes_with(f"sleep {mark}"):
+    for pid in _processes_with(mark):
         os.kill(pid, signal.SIGKILL)
+
+
+def _recording(tmp_path, shell: str, script: str) -> subprocess.Popen:
+    """`sitsprof record -- SHELL -c SCRIPT` (fake NVML) in a child process, once it records."""
+    child = subprocess.Popen(
+        [sys.executable, str(RUNNER), "record", "--out", str(tmp_path), "--name", "r", "--no-gpm",
+         "--", shell, "-c", script],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    assert "recording into" in child.stderr.readline()
+    return child
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc to find the processes")
@@ -185,12 +196,8 @@ def test_children_ignoring_sigterm_get_sigkill_after_the_grace(marker):
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc to find the processes")
 def test_interrupting_sitsprof_stops_the_workloads_children(fake_gpu, tmp_path, marker):
     """12.5: Ctrl-C on `sitsprof record` takes the whole workload down, grandchildren included."""
-    child = subprocess.Popen(
-        [sys.executable, str(RUNNER), "record", "--out", str(tmp_path), "--name", "r", "--no-gpm",
-         "--", "sh", "-c", f"sleep {marker}; true"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    child = _recording(tmp_path, "sh", f"sleep {marker}; true")
     try:
-        assert "recording into" in child.stderr.readline()
         deadline = time.monotonic() + 10
         while not _processes_with(f"sleep {marker}") and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -203,6 +210,36 @@ def test_interrupting_sitsprof_stops_the_workloads_children(fake_gpu, tmp_path, 
     time.sleep(0.1)
     assert _processes_with(f"sleep {marker}") == []
     assert open_run(tmp_path / "r").meta["status"] == "interrupted"
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc to find the processes")
+def test_sigkill_of_record_leaves_no_grandchild(fake_gpu, tmp_path, marker):
+    """22.2: `record -- bash -c 'sleep A & sleep B & wait'` SIGKILLed: the parent-death signal
+    reaches bash only; the watchdog takes both sleeps down within 5 s."""
+    child = _recording(tmp_path, "bash", f"sleep {marker} & sleep 1{marker} & wait")
+    try:
+        deadline = time.monotonic() + 10
+        while len(_processes_with(marker, "sleep")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(_processes_with(marker, "sleep")) == 2
+        child.kill()
+        child.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while _processes_with(marker, "sleep") and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert _processes_with(marker, "sleep") == [], "the workload's grandchildren outlived a SIGKILLed record"
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc to find the processes")
+def test_workload_exit_stops_its_background_jobs(fake_gpu, tmp_path, marker):
+    """22.2: `sh -c 'sleep N & exit 0'` ends at once; the sleep it left is the run's and stops with it."""
+    run, result = record_module.record(["sh", "-c", f"sleep {marker} & exit 0"], parent=tmp_path, name="r",
+                                       gpm=False)
+    assert result["exit_code"] == 0 and not result["timed_out"]
+    assert _processes_with(f"sleep {marker}") == []
 
 
 # -- item 10 ------------------------------------------------------------------------------------

@@ -121,18 +121,24 @@ def test_listen_backlog_is_128(server):
     assert server.request_queue_size == 128
 
 
-def test_too_many_pending_drops_the_oldest():
+@pytest.mark.parametrize("limits, kept", [({"max_pending": 10}, 10), ({"max_per_address": 20}, 20)],
+                         ids=["max_pending", "max_per_address"])
+def test_too_many_pending_drops_the_oldest(limits, kept):
     """12.8: beyond max_pending waiting connections, the oldest are closed (file descriptors
-    stay bounded too)."""
-    from prometheus_client import CollectorRegistry
+    stay bounded too); 22.3: so are those beyond max_per_address from one address. A scrape
+    from that address is still answered."""
+    from prometheus_client import CollectorRegistry, Gauge
 
-    srv, _ = httpserve.start_metrics_server(CollectorRegistry(), 0, "127.0.0.1", max_pending=10, idle_timeout_s=30)
+    registry = CollectorRegistry()
+    Gauge("sitsprof_test_gauge", "a test gauge", registry=registry).set(7)
+    srv, _ = httpserve.start_metrics_server(registry, 0, "127.0.0.1", idle_timeout_s=30, **limits)
     try:
-        socks = _half_open(srv.server_port, 30)
+        socks = _half_open(srv.server_port, 30 + kept)
         try:
-            assert _wait(lambda: srv.pending_connections() <= 10, 5), srv.pending_connections()
+            assert _wait(lambda: srv.pending_connections() == kept, 5), srv.pending_connections()
             socks[0].settimeout(5)
             assert socks[0].recv(1) == b""  # the first one was dropped
+            assert "sitsprof_test_gauge 7.0" in _scrape(srv.server_port)
         finally:
             for s in socks:
                 s.close()
@@ -232,6 +238,115 @@ def test_exporter_serves_on_the_bounded_server(fake_gpu):
     try:
         assert isinstance(srv, httpserve.BoundedWSGIServer)
         assert "DCGM_FI_DEV_SM_CLOCK" in _scrape(srv.server_port)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        collector.close()
+
+
+# -- issue 22 item 3: slow clients, the per-address cap, the name[] filter -------------------------
+
+def _slow_clients(port: int, n: int) -> list[socket.socket]:
+    """`n` clients that have sent the start of a request and trickle the rest (one header byte
+    per call of `_trickle`): each looks alive for as long as anyone cares to wait."""
+    socks = _half_open(port, n)
+    for s in socks:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")
+    return socks
+
+
+def _trickle(socks, stop: threading.Event, every_s: float) -> None:
+    while not stop.wait(every_s):
+        for s in socks:
+            try:
+                s.send(b"a")
+            except OSError:  # dropped by the server (deadline, per-address cap): fine
+                pass
+
+
+def test_slow_clients_cannot_starve_scrapes(patient_server):
+    """22.3: 200 clients trickling a header byte every 0.1 s hold no worker (8 here): 100
+    scrapes are all answered, p99 under 100 ms. Before, each took a worker on its first byte
+    and scrapes queued behind them until the clients left."""
+    server = patient_server
+    before = threading.active_count()
+    socks = _slow_clients(server.server_port, 200)
+    stop = threading.Event()
+    trickler = threading.Thread(target=_trickle, args=(socks, stop, 0.1), daemon=True)
+    trickler.start()
+    try:
+        assert _wait(lambda: server.pending_connections() == 200, 5), server.pending_connections()
+        times = []
+        for _ in range(100):
+            started = time.perf_counter()
+            assert "sitsprof_test_gauge 42.0" in _scrape(server.server_port, timeout=2.0)
+            times.append(time.perf_counter() - started)
+        p99 = sorted(times)[98]
+        assert p99 < 0.1, f"scrape p99 {p99 * 1e3:.1f} ms with 200 slow clients"
+        assert threading.active_count() <= before + 8 + 3  # the trickler, the workers, no thread per client
+        assert server.pending_connections() == 200  # still there, and still holding nothing
+    finally:
+        stop.set()
+        trickler.join(5)
+        for s in socks:
+            s.close()
+
+
+def test_a_trickling_header_is_cut_at_the_deadline(server):
+    """22.3: bytes that keep coming do not extend the deadline: the header must be whole within
+    idle_timeout_s (1 s here) of the connection."""
+    socks = _slow_clients(server.server_port, 5)
+    stop = threading.Event()
+    trickler = threading.Thread(target=_trickle, args=(socks, stop, 0.1), daemon=True)
+    trickler.start()
+    try:
+        started = time.monotonic()
+        assert _wait(lambda: server.pending_connections() == 0, 5)
+        assert 0.8 <= time.monotonic() - started < 4
+    finally:
+        stop.set()
+        trickler.join(5)
+        for s in socks:
+            s.close()
+
+
+def test_a_request_with_a_body_still_reads_it():
+    """The header read by the selector and the body read by the worker join up: a WSGI app gets
+    the whole body of a POST whose body comes after a pause."""
+    def echo_length(environ, start_response):
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [f"{len(body)} {body[-3:].decode()}".encode()]
+
+    srv, _ = httpserve.serve_wsgi(echo_length, 0, "127.0.0.1", idle_timeout_s=5)
+    body = b"x" * 9_999 + b"end"
+    try:
+        with socket.create_connection(("127.0.0.1", srv.server_port), timeout=5) as s:
+            s.sendall(b"POST /echo HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % len(body) + body[:100])
+            time.sleep(0.1)
+            s.sendall(body[100:])
+            reply = b""
+            while chunk := s.recv(65536):
+                reply += chunk
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert reply.startswith(b"HTTP/1.0 200") and reply.endswith(b"10002 end")
+
+
+def test_exporter_name_filter_selects_metrics(fake_gpu):
+    """22.8: `/metrics?name[]=...` returns the named families (it returned an empty body: the
+    collector described nothing, so prometheus-client's registry knew no names)."""
+    from sitsprof.collectors.exporter import serve
+
+    srv, collector = serve(port=0, gpm=False)
+    try:
+        url = f"http://127.0.0.1:{srv.server_port}/metrics?name[]=DCGM_FI_DEV_SM_CLOCK&name[]=DCGM_FI_DEV_GPU_TEMP"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        families = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
+        assert families == {"DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP"}
+        assert any(line.startswith("DCGM_FI_DEV_SM_CLOCK{") for line in text.splitlines())
     finally:
         srv.shutdown()
         srv.server_close()
