@@ -398,6 +398,7 @@ def generate_cmd(out, seed, duration_s, scale, kind) -> None:
 
 
 REPLAY_POLICIES = "lru"
+MODEL_DTYPES = ["auto", "bf16", "fp16", "fp8"]  # policies/cost/models.py DTYPE_CHOICES
 
 
 def _keep_trace_block_tokens(ctx, param, value):
@@ -428,7 +429,15 @@ def _keep_trace_block_tokens(ctx, param, value):
 @click.option("--calibration", default=None,
               help="Calibration JSON for the step time model (default: the shipped hopper-published reference, "
                    "not measured).")
-@click.option("--model", "model_name", default=None, help="Model preset for the step time model (default qwen2-72b).")
+@click.option("--model", "model_name", default=None, metavar="PRESET|PATH",
+              help="Model for the step time model: a preset (qwen2-72b, the default; deepseek-v2; phi-3-mini) or "
+                   "the path of a Hugging Face config.json (dense GQA, MLA, MoE; policies/cost/models.py).")
+@click.option("--dtype", "weight_dtype", type=click.Choice(MODEL_DTYPES), default=None,
+              help="Weight precision (default auto: the config's, fp8 when it is fp8-quantized, else bf16).")
+@click.option("--kv-dtype", type=click.Choice(MODEL_DTYPES), default=None,
+              help="KV-cache precision (default auto: the model's 16-bit dtype, as vLLM's kv_cache_dtype=auto).")
+@click.option("--tp", type=click.IntRange(min=1), default=None,
+              help="Tensor-parallel GPUs per replica (default: the preset's, 1 for a config.json).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the step model's sampled re-fetch delays.")
 @click.option("--skip-bad-lines", is_flag=True, help="Drop malformed lines instead of stopping at the first.")
 @click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES, case_sensitive=False), default=None,
@@ -466,10 +475,14 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
                max_num_seqs, calibration, model_name, seed, skip_bad_lines, fmt, as_json, window_s=None,
                threshold=False, threshold_windows=None, instances=None, routing=None, cache_threshold=0.5,
                router_ttl="120s", load_window="60s", balance_abs=32, balance_rel=1.0001, concurrency=None, isl=None,
-               osl=None, requests=None) -> None:
+               osl=None, requests=None, weight_dtype=None, kv_dtype=None, tp=None) -> None:
     """Serve TRACE's requests through a serving engine: arrivals at their timestamps, continuous batching,
     chunked prefill, the engine's prefix-cache rules, the policy ordering the evictable blocks."""
+    from sitsprof.policies.cost.models import DEFAULT_MODEL, get_model
     from sitsprof.policies.serving.summary import replay_document, replay_table
+
+    # the model read once, at the edge: a preset or a config.json, at its precisions and TP
+    model_name = get_model(model_name or DEFAULT_MODEL, dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp)
 
     rb = None
     if (concurrency, isl, osl, requests) != (None,) * 4:

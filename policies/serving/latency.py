@@ -130,10 +130,15 @@ class StepCostModel:
         sc = np.zeros(N_SCALARS)
         sc[S_LIN] = 2e9 * p.params_active_b / (g.flops * tp)
         sc[S_ATTN] = 4.0 * p.layers * p.q_heads * p.attn_dim / (g.flops * tp)
-        sc[S_WEIGHTS] = p.params_total_b * 1e9 * p.dtype_bytes / tp
-        sc[S_KV_READ] = p.kv_bytes_per_token / tp
+        sc[S_WEIGHTS] = p.weight_bytes / tp
+        # per GPU: dense attention's KV heads split over the group, MLA's latent read whole by each
+        kv_gpu = p.kv_bytes_per_token_per_gpu
+        sc[S_KV_READ] = kv_gpu
         # a written byte costs what reading hbm_read/hbm_write bytes costs (the curve is a read curve)
-        sc[S_KV_WRITE] = p.kv_bytes_per_token / tp * (g.hbm_read_bps / g.hbm_write_bps)
+        sc[S_KV_WRITE] = kv_gpu * (g.hbm_read_bps / g.hbm_write_bps)
+        if p.dtype_bytes < 2:
+            notes.append(f"{p.dtype} weights: their bytes are priced at {p.dtype_bytes} byte each, their FLOPs at the "
+                         "calibration's bf16 rate (it holds no fp8 tensor-core rate)")
         sm_count = cal["device"].get("sm_count")
         if not isinstance(sm_count, (int, float)) or isinstance(sm_count, bool):
             sm_count = DEFAULT_SM_COUNT
