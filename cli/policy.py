@@ -19,7 +19,7 @@ from .console import (
     run_with_progress,
     stdout_console,
 )
-from .options import DURATION
+from .options import DURATION, calibration_option
 from .sits import claims_cmd, serve_metrics
 
 FORMAT_CHOICES = ["mooncake", "bailian", "oracle", "csv", "requests"]
@@ -65,7 +65,7 @@ def _trace_options(func):
 @click.option("--capacity", "-c", "capacity_text", default=DEFAULT_CAPACITIES, show_default=True,
               help="Comma-separated capacities in blocks (1000, 10k) or % of the trace's distinct blocks.")
 @_trace_options
-@click.option("--calibration", default=None,
+@click.option("--calibration", default=None, callback=calibration_option,
               help="Calibration JSON for the cost model (default: the shipped hopper-published reference, "
                    "not measured).")
 @click.option("--model", "model_name", default=None, help="Model preset for the cost model (default qwen2-72b).")
@@ -377,7 +377,7 @@ def list_cmd(as_json=False) -> None:
 @click.option("--scale", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Multiply every stack's session rate.")
 @click.option("--as", "kind", type=click.Choice(["mooncake", "requests", "oracle", "csv"]), default="mooncake",
-              show_default=True, help="Mooncake JSONL, DESIGN.md request JSONL, oracleGeneral binary or CSV.")
+              show_default=True, help="Mooncake JSONL, request JSONL, oracleGeneral binary or CSV.")
 def generate_cmd(out, seed, duration_s, scale, kind) -> None:
     """Write the seeded three-stack workload (qwen2-72b, deepseek-v2, phi-3-mini) to OUT."""
     from sitsprof.policies.traces import csvfile, generator, oracle
@@ -425,7 +425,7 @@ def _keep_trace_block_tokens(ctx, param, value):
               help="Token budget per scheduler step.")
 @click.option("--max-num-seqs", type=click.IntRange(min=1), default=256, show_default=True,
               help="Most requests running at once.")
-@click.option("--calibration", default=None,
+@click.option("--calibration", default=None, callback=calibration_option,
               help="Calibration JSON for the step time model (default: the shipped hopper-published reference, "
                    "not measured).")
 @click.option("--model", "model_name", default=None, help="Model preset for the step time model (default qwen2-72b).")
