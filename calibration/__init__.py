@@ -2,14 +2,14 @@
 reports) and the policy half of sitsprof.
 
 `reports` builds calibrations from runs and writes them through this package; `policies`
-reads them through it. It imports nothing of sitsprof but `common`, so neither half has to
+reads them through it, as one typed `Calibration` (typed.py) loaded and validated once.
+It imports nothing of sitsprof but `common`, so neither half has to
 import the other to agree on the file.
 """
 from __future__ import annotations
 
 from .errors import CalibrationError
 from .io import DATA_DIR, REFERENCE, load_calibration, reference_path, write_calibration
-from .latency import latency_ns
 from .schema import (
     BANDWIDTH_KEYS,
     LATENCY_UNITS,
@@ -20,6 +20,7 @@ from .schema import (
     TIERS,
     validate_calibration,
 )
+from .typed import Calibration, DelayLevel, LoadedCurve, QueueingFit, latency_ns
 
 __all__ = [
     "BANDWIDTH_KEYS",
@@ -31,7 +32,11 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
     "TIERS",
+    "Calibration",
     "CalibrationError",
+    "DelayLevel",
+    "LoadedCurve",
+    "QueueingFit",
     "latency_ns",
     "load_calibration",
     "reference_path",

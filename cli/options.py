@@ -39,3 +39,12 @@ class Duration(click.ParamType):
 
 #: A positive duration (the usual case: a run length, a window, a TTL, an interval).
 DURATION = Duration()
+
+
+def calibration_option(ctx, param, value):
+    """`--calibration PATH` as one `sitsprof.calibration.Calibration`, read and validated here,
+    once per command (absent: the shipped hopper-published reference); everything below the CLI
+    receives the object, never the path. A bad file is the calibration's one-line error (exit 2)."""
+    from sitsprof.calibration import Calibration
+
+    return Calibration.load(value)

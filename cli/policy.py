@@ -19,7 +19,7 @@ from .console import (
     run_with_progress,
     stdout_console,
 )
-from .options import DURATION
+from .options import DURATION, calibration_option
 from .sits import claims_cmd, serve_metrics
 
 FORMAT_CHOICES = ["mooncake", "bailian", "oracle", "csv", "requests"]
@@ -65,7 +65,7 @@ def _trace_options(func):
 @click.option("--capacity", "-c", "capacity_text", default=DEFAULT_CAPACITIES, show_default=True,
               help="Comma-separated capacities in blocks (1000, 10k) or % of the trace's distinct blocks.")
 @_trace_options
-@click.option("--calibration", default=None,
+@click.option("--calibration", default=None, callback=calibration_option,
               help="Calibration JSON for the cost model (default: the shipped hopper-published reference, "
                    "not measured).")
 @click.option("--model", "model_name", default=None, help="Model preset for the cost model (default qwen2-72b).")
@@ -103,15 +103,17 @@ def _trace_options(func):
 @click.option("--cluster", "cluster", default=None, metavar="ADDRESS",
               help="Run the sweep on a Dask distributed scheduler, e.g. tcp://10.0.0.5:8786 "
                    "(pip install 'sitsprof[cluster]'; docs/scale.md); the same results as one process.")
-@click.option("--stream", "stream", is_flag=True, default=False,
+@click.option("--stream/--no-stream", "stream", default=None,
               help="oracleGeneral, Mooncake and Bailian traces: read the file in chunks, keeping each policy's "
                    "state between them, so memory follows the distinct blocks, not the trace's length "
                    "(docs/scale.md); the same hits. oracleGeneral: every policy (not sits's --threshold); "
-                   "Mooncake and Bailian: all but belady, sits and semantic-shard. No cost model TTFT.")
+                   "Mooncake and Bailian: all but belady, sits and semantic-shard. No cost model TTFT. "
+                   "Default: streamed when the file is large (4M oracleGeneral records, ~20M JSONL references) "
+                   "and nothing asked needs the whole trace; --no-stream holds it whatever its size.")
 def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as_json, as_csv,
                  calibration=None, model_name=None, miss_mode="recompute", shard_key=None, ttl=None, window=None,
                  threshold=False, threshold_windows=None, param_items=(), embedder=None, events_path=None,
-                 jobs=None, cluster=None, stream=False) -> None:
+                 jobs=None, cluster=None, stream=None) -> None:
     """Replay TRACE (Mooncake JSONL, oracleGeneral, CSV or request JSONL) through each policy at each capacity."""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are alternatives; pick one")
@@ -139,6 +141,11 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
         if value is not None:
             given[name] = value
     params = bind_params(policies, given)
+    if stream is None:
+        from .autostream import stream_on_its_own
+
+        stream = stream_on_its_own(trace_path, fmt, policies, params, skip_bad_lines=skip_bad_lines,
+                                   events=events_path is not None, jobs=jobs, cluster=cluster)
     if stream:
         _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, params, skip_bad_lines, as_json, as_csv,
                          cost={"calibration": calibration, "model": model_name, "miss": miss_mode})
@@ -377,7 +384,7 @@ def list_cmd(as_json=False) -> None:
 @click.option("--scale", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Multiply every stack's session rate.")
 @click.option("--as", "kind", type=click.Choice(["mooncake", "requests", "oracle", "csv"]), default="mooncake",
-              show_default=True, help="Mooncake JSONL, DESIGN.md request JSONL, oracleGeneral binary or CSV.")
+              show_default=True, help="Mooncake JSONL, request JSONL, oracleGeneral binary or CSV.")
 def generate_cmd(out, seed, duration_s, scale, kind) -> None:
     """Write the seeded three-stack workload (qwen2-72b, deepseek-v2, phi-3-mini) to OUT."""
     from sitsprof.policies.traces import csvfile, generator, oracle
@@ -426,7 +433,7 @@ def _keep_trace_block_tokens(ctx, param, value):
               help="Token budget per scheduler step.")
 @click.option("--max-num-seqs", type=click.IntRange(min=1), default=256, show_default=True,
               help="Most requests running at once.")
-@click.option("--calibration", default=None,
+@click.option("--calibration", default=None, callback=calibration_option,
               help="Calibration JSON for the step time model (default: the shipped hopper-published reference, "
                    "not measured).")
 @click.option("--model", "model_name", default=None, metavar="PRESET|PATH",

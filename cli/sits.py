@@ -1,7 +1,7 @@
 """`sitsprof policy serve-metrics` and `sitsprof policy claims`: the SITS commands of the `policy` group.
 
 Wiring only: the replays are `sitsprof.policies.sweep.run_policies`, the metrics
-`sitsprof.policies.adaptive.metrics`, the claims `sitsprof.policies.claims`. cli/policy.py
+`sitsprof.policies.engine.metrics`, the claims `sitsprof.policies.claims`. cli/policy.py
 lists these commands in its group; this module registers nothing.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import click
 
 from .console import load_trace, run_with_progress, stdout_console
-from .options import DURATION
+from .options import DURATION, calibration_option
 
 
 @click.command("serve-metrics")
@@ -20,7 +20,8 @@ from .options import DURATION
               help="Comma-separated policy names, or 'all'.")
 @click.option("--capacity", "-c", "capacity_text", default="10%", show_default=True,
               help="Capacities in blocks (1000, 10k) or % of the trace's distinct blocks.")
-@click.option("--calibration", default=None, help="Calibration JSON (default: hopper-published, not measured).")
+@click.option("--calibration", default=None, callback=calibration_option,
+              help="Calibration JSON (default: hopper-published, not measured).")
 @click.option("--model", "model_name", default=None, help="Model preset for the cost model (default qwen2-72b).")
 @click.option("--bind", "addr", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=9464, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port).")
@@ -29,8 +30,8 @@ from .options import DURATION
 @click.option("--once", is_flag=True, help="Print the metrics in Prometheus text format and exit (no server).")
 def serve_metrics(trace_path, policy_text, capacity_text, calibration, model_name, addr, port, duration, once):
     """Replay TRACE, then expose semantic_cache_hit_ratio, shard_eviction_rate and CTCCI to Prometheus."""
-    from sitsprof.policies.adaptive.metrics import build_registry, exposition, serve
     from sitsprof.policies.engine.capacity import parse_capacities
+    from sitsprof.policies.engine.metrics import build_registry, exposition, serve
     from sitsprof.policies.registry import select_policies
     from sitsprof.policies.sweep import run_policies
 
@@ -66,7 +67,8 @@ def serve_metrics(trace_path, policy_text, capacity_text, calibration, model_nam
               help="Also run on this Mooncake trace (at 1000, 10000, 50000 blocks); bundled:mooncake is "
                    "the one sitsprof ships.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the three-stack workload.")
-@click.option("--calibration", default=None, help="Calibration JSON (default: hopper-published, not measured).")
+@click.option("--calibration", default=None, callback=calibration_option,
+              help="Calibration JSON (default: hopper-published, not measured).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
 @click.option("--under-load", is_flag=True,
               help="Also re-run them through the serving replay (vLLM rules) on the Mooncake trace (--mooncake, "

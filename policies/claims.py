@@ -1,4 +1,4 @@
-"""The brief's claims (DESIGN.md), re-run rather than repeated, each with a verdict.
+"""The project brief's claims, re-run rather than repeated, each with a verdict.
 
 Each claim is a comparison of policies; `run_claims` replays them, priced by the cost model,
 on the seeded three-stack workload (capacities 1%/10%/50% of its distinct blocks) and, when

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sitsprof.calibration import Calibration
 from sitsprof.common import jsonout
 from sitsprof.common.atomic import atomic_write_text
 
@@ -101,16 +102,16 @@ def write_results(out_dir, workload: DemoWorkload, results: Sequence) -> tuple[d
     return doc, paths
 
 
-def _cost_of(trace, result, calibration: dict) -> dict:
+def _cost_of(trace, result, calibration: Calibration) -> dict:
     """The cost model's summary for one result on `calibration`: the result's own when it was
     priced on the same calibration (`simulate_costed` did it), else priced again."""
     cost = (result.extra or {}).get("cost")
-    if isinstance(cost, dict) and cost.get("calibration") == calibration["name"] and "ttft_p99_ms" in cost:
+    if isinstance(cost, dict) and cost.get("calibration") == calibration.name and "ttft_p99_ms" in cost:
         return cost
     return simulate_costed(trace, result.policy, result.capacity, calibration=calibration).extra["cost"]
 
 
-def price_results(trace, results: Sequence, calibration: dict) -> list[dict]:
+def price_results(trace, results: Sequence, calibration: Calibration) -> list[dict]:
     """Result rows (SimResult.to_dict) with the cost model's TTFT P50/P99 and tokens/s in `extra`."""
     rows = []
     for r in results:
@@ -122,11 +123,11 @@ def price_results(trace, results: Sequence, calibration: dict) -> list[dict]:
     return rows
 
 
-def sits_timeline(trace, capacity: int, calibration: dict, results: Sequence = ()) -> list[dict]:
+def sits_timeline(trace, capacity: int, calibration: Calibration, results: Sequence = ()) -> list[dict]:
     """The SITS controller's per-window decisions at `capacity`: from the demo's own SITS result
     when it has one at that capacity on this calibration, else from one SITS run."""
     found = [r for r in results if r.policy == "sits" and r.capacity == capacity and (r.extra or {}).get("events")
-             and (r.extra.get("cost") or {}).get("calibration") == calibration["name"]]
+             and (r.extra.get("cost") or {}).get("calibration") == calibration.name]
     if found:
         events = found[0].extra["events"]
     else:
@@ -136,12 +137,13 @@ def sits_timeline(trace, capacity: int, calibration: dict, results: Sequence = (
     return [{names[k]: e[k] for k in names if k in e} for e in events if e.get("event") == "decision"]
 
 
-def policy_results(trace, results: Sequence, calibration: dict) -> dict:
+def policy_results(trace, results: Sequence, calibration: Calibration) -> dict:
     """The demo's policy-results document on `calibration`: every result priced, and the SITS
-    decision timeline at the middle capacity (docs/policy-results.md)."""
+    decision timeline at the middle capacity (docs/policy-results.md); `calibration` is read once here."""
+    calibration = Calibration.of(calibration)
     rows = price_results(trace, results, calibration)
     capacities = sorted({r.capacity for r in results})
     middle = capacities[len(capacities) // 2] if capacities else None
     timeline = sits_timeline(trace, middle, calibration, results) if capacities else []
-    return {"format": FORMAT, "format_version": FORMAT_VERSION, "calibration": calibration["name"],
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "calibration": calibration.name,
             "results": rows, "decisions": timeline, "decisions_capacity": middle}

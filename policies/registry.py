@@ -1,9 +1,8 @@
 """Every replacement policy the engine knows, by CLI name: the top of the policy engine.
 
-Each module in `MODULES` follows the policy contract in docs/CONTRACTS.md: `NAME`,
-`DESCRIPTION` and `KERNEL(block, req_offsets, n_blocks, capacity, hit, *params) ->
-(evictions, max_resident)`, a numba function for the classic policies; the adaptive ones
-also expose `run(trace, capacity, **PARAMS)`. Nothing listed here imports this module.
+Each module in `MODULES` follows the policy contract declared in `engine/protocol.py`
+(`NAME`, `DESCRIPTION`, `KERNEL`; optionally `run` and `PARAMS`, `PARAM_RANGES`, a resumable
+form), checked once as the module loads. Nothing listed here imports this module.
 
 Loaded on demand (issue 14, start-up): `SPECS` names each policy and the module that
 implements it, so `policy_names()`, `select_policies("all")` and a lookup by name need no
@@ -22,6 +21,7 @@ import importlib
 from types import ModuleType
 
 from .engine.params import accepted, ranges
+from .engine.protocol import capabilities, check_policy
 from .errors import UnknownPolicyError
 
 _PACKAGE = __name__.rsplit(".", 1)[0]  # sitsprof.policies
@@ -57,9 +57,7 @@ def _module(name: str) -> ModuleType:
     module = _LOADED.get(name)
     if module is None:
         module = importlib.import_module(_MODULE_OF[name])
-        for attr in ("NAME", "DESCRIPTION", "KERNEL"):
-            if not hasattr(module, attr):
-                raise TypeError(f"policy module {module.__name__} lacks {attr} (docs/CONTRACTS.md)")
+        check_policy(module)  # the contract, once (engine/protocol.py)
         if name != module.NAME:
             raise TypeError(f"policy module {module.__name__} is NAME {module.NAME!r}, registered as {name!r}")
         _LOADED[name] = module
@@ -138,7 +136,7 @@ def policy_catalog() -> list[dict]:
             params.append(entry)
         aliases = sorted({module.__name__.rsplit(".", 1)[-1], name.replace("-", "_"), name.replace("_", "-")} - {name})
         out.append({"name": name, "aliases": aliases, "description": module.DESCRIPTION,
-                    "kind": "adaptive" if hasattr(module, "run") else "classic", "parameters": params})
+                    "kind": "adaptive" if capabilities(module).adaptive else "classic", "parameters": params})
     return out
 
 

@@ -17,15 +17,16 @@ import importlib
 from collections.abc import Callable, Iterable
 from types import ModuleType
 
-from sitsprof.calibration import load_calibration
+from sitsprof.calibration import Calibration
 
-from .adaptive.metrics import result_metrics
-from .adaptive.tenancy import ctcci
 from .cost.costmodel import CostModel
 from .cost.models import DEFAULT_MODEL
 from .engine.capacity import check_capacity
+from .engine.metrics import result_metrics
 from .engine.params import bind, check_params
+from .engine.protocol import capabilities
 from .engine.replay import Prepared, SimResult, as_trace, run_kernel
+from .engine.tenancy import ctcci
 from .parallel import auto_jobs, check_jobs, map_runs
 from .registry import get_policy
 from .traces.trace import Trace
@@ -86,7 +87,7 @@ def simulate_costed(trace: Trace, policy, capacity, calibration=None, model: str
     `prepared`: the engine's per-trace arrays when the caller replays the trace many times."""
     module = policy_module(policy)
     capacity = check_capacity(capacity)
-    if hasattr(module, "run"):
+    if capabilities(module).adaptive:
         check_params(module, params)
         offsets = None if prepared is None else prepared.offsets
         return module.run(trace, capacity, calibration=calibration, model=model, miss=miss, offsets=offsets, **params)
@@ -104,7 +105,7 @@ def simulate_many_costed(trace: Trace, policies, capacities, progress: Progress 
     total = len(policies) * len(capacities)
     if total:  # read the calibration file and prepare the trace once, not once per run
         calibration = cost.pop("calibration", None)
-        cost["calibration"] = calibration if isinstance(calibration, dict) else load_calibration(calibration)
+        cost["calibration"] = Calibration.of(calibration)
         if jobs != 1 or cluster is not None:
             modules = [policy_module(p) for p in policies]
             items = [(m.__name__, check_capacity(c), (params or {}).get(m.NAME, {})) for m in modules

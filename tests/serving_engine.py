@@ -1,8 +1,7 @@
 """The numba serving replay (`sitsprof.policies.serving`) driven with the plain-Python reference's
 inputs and read back into its outputs (serving_reference.Request -> serving_reference.Result), so
 the crafted and differential tests run one case through both. A plain module beside the tests
-(as libcachesim_ref.py is); it is the only test helper that imports the engine, and it says why
-the engine cannot run (`engine_status`) instead of failing, while parts of it do not exist yet.
+(as libcachesim_ref.py is); it is the only test helper that imports the engine.
 
 The engine runs through its public entry point, `scheduler.run_replay(reblocked=...,
 log_evictions=True)`, with the step cost model swapped for one whose every step lasts exactly
@@ -12,47 +11,24 @@ schedules of the two can be compared to the last bit.
 from __future__ import annotations
 
 import contextlib
-import functools
 
 import numpy as np
 import serving_reference as ref
 
-
-class EngineUnavailable(Exception):
-    pass
+from sitsprof.policies.serving import latency, reblock, scheduler
 
 
-def _engine_modules():
-    try:
-        from sitsprof.policies.serving import reblock, scheduler, steptime
-    except ImportError as e:  # S2's package not there yet
-        raise EngineUnavailable(f"sitsprof.policies.serving is not importable yet ({e})") from e
-    if not hasattr(scheduler, "run_replay"):
-        raise EngineUnavailable("sitsprof.policies.serving.scheduler has no run_replay entry point yet")
-    return reblock, scheduler, steptime
-
-
-def fixed_step_params(scheduler, steptime, step_time: float, block_tokens: int):
+def fixed_step_params(step_time: float, block_tokens: int):
     """Parameters that make the engine's step model last exactly `step_time` every step: every
     cost term zeroed, the per-step overhead set to it (checked by calling the model)."""
-    fn = scheduler.step_seconds
-    if fn is steptime.step_seconds:
-        params = tuple(np.float64(v) for v in (0.0, 0.0, 0.0, 0.0, 0.0, step_time))
-    else:
-        try:
-            from sitsprof.policies.serving import latency
-        except ImportError as e:
-            raise EngineUnavailable(f"the engine's step model is neither steptime nor latency ({e})") from e
-        model = latency.StepCostModel.from_calibration(None, None, block_tokens, 0)
-        sc = np.array(model.params[0], dtype=np.float64, copy=True)
-        for name in ("S_LIN", "S_ATTN", "S_WEIGHTS", "S_KV_READ", "S_KV_WRITE", "S_REFETCH"):
-            sc[getattr(latency, name)] = 0.0
-        sc[latency.S_OVERHEAD] = step_time
-        params = (sc, *model.params[1:])
-    terms = np.zeros(4)
-    probe = fn(params, 1000, 5e5, 4000, 1000, 3, 300, np.ones(1, dtype=np.uint64), terms)
-    if probe != step_time:
-        raise EngineUnavailable(f"the engine's step model cannot be fixed at {step_time} s (gives {probe})")
+    model = latency.StepCostModel.from_calibration(None, None, block_tokens, 0)
+    sc = np.array(model.params[0], dtype=np.float64, copy=True)
+    for name in ("S_LIN", "S_ATTN", "S_WEIGHTS", "S_KV_READ", "S_KV_WRITE", "S_REFETCH"):
+        sc[getattr(latency, name)] = 0.0
+    sc[latency.S_OVERHEAD] = step_time
+    params = (sc, *model.params[1:])
+    probe = scheduler.step_seconds(params, 1000, 5e5, 4000, 1000, 3, 300, np.ones(1, dtype=np.uint64), np.zeros(4))
+    assert probe == step_time, f"the engine's step model cannot be fixed at {step_time} s (gives {probe})"
     return params
 
 
@@ -66,7 +42,7 @@ class _FixedStepModel:
 
 
 @contextlib.contextmanager
-def _fixed_steps(scheduler, params):
+def _fixed_steps(params):
     model = type("FixedStepModel", (_FixedStepModel,), {"params": params})
     saved = scheduler.StepCostModel
     scheduler.StepCostModel = model
@@ -108,38 +84,19 @@ def to_reblocked(reblock_mod, requests, block_tokens: int):
     return rb, back
 
 
-@functools.cache
-def engine_status(engine: str = "vllm") -> str | None:
-    """None when the engine can run these tests, else the reason it cannot."""
-    try:
-        reblock_mod, scheduler, steptime = _engine_modules()
-        params = fixed_step_params(scheduler, steptime, 1.0, 4)
-        rb, _ = to_reblocked(reblock_mod, [ref.Request(0.0, [0], 4, 1)], 4)
-        with _fixed_steps(scheduler, params):
-            scheduler.run_replay(None, capacity=4, engine=engine, block_tokens=4, reblocked=rb)
-    except EngineUnavailable as e:
-        return str(e)
-    except Exception as e:  # the engine refuses this engine kind (e.g. sglang not built yet)
-        if getattr(e, "exit_code", None) is not None:
-            return f"the engine refuses --engine {engine}: {e}"
-        raise
-    return None
-
-
 def engine_replay(requests, capacity: int, *, block_tokens: int = 16, max_num_batched_tokens: int = 8192,
                   max_num_seqs: int = 256, step_time: float | None = 1.0, engine: str = "vllm",
                   policy: str = "lru") -> ref.Result:
     """`step_time` None: the engine's own step model (default calibration and model, seed 0)."""
-    reblock_mod, scheduler, steptime = _engine_modules()
     bt = block_tokens
-    rb, back = to_reblocked(reblock_mod, requests, bt)
-    fixed = (_fixed_steps(scheduler, fixed_step_params(scheduler, steptime, float(step_time), bt))
+    rb, back = to_reblocked(reblock, requests, bt)
+    fixed = (_fixed_steps(fixed_step_params(float(step_time), bt))
              if step_time is not None else contextlib.nullcontext())
     with fixed:
         res = scheduler.run_replay(None, policy=policy, capacity=capacity, engine=engine, block_tokens=bt,
                                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                                    log_evictions=True, reblocked=rb)
-    return _result(scheduler, res, back, len(requests))
+    return _result(res, back, len(requests))
 
 
 def engine_replay_trace(trace, requests, capacity: int, *, block_tokens: int = 16, rate_scale: float = 1.0,
@@ -148,9 +105,8 @@ def engine_replay_trace(trace, requests, capacity: int, *, block_tokens: int = 1
     """The engine end to end on a `Trace` (its own re-blocking and --rate-scale), with a fixed
     step; its block ids are named back as the reference's `requests` (the same trace re-blocked
     by serving_reference.reblock_records) name them, position by position."""
-    reblock_mod, scheduler, steptime = _engine_modules()
     bt = block_tokens
-    rb = reblock_mod.reblock(trace, bt)
+    rb = reblock.reblock(trace, bt)
     back: dict = {}
     next_private = [-1]
     for r, q in enumerate(requests):
@@ -162,14 +118,14 @@ def engine_replay_trace(trace, requests, capacity: int, *, block_tokens: int = 1
         for k, x in enumerate(mine):
             if back.setdefault(int(rb.ids[lo + k]), x) != x:
                 raise AssertionError(f"request {r} block {k}: engine id {int(rb.ids[lo + k])} names two blocks")
-    with _fixed_steps(scheduler, fixed_step_params(scheduler, steptime, float(step_time), bt)):
+    with _fixed_steps(fixed_step_params(float(step_time), bt)):
         res = scheduler.run_replay(trace, policy=policy, capacity=capacity, engine=engine, block_tokens=bt,
                                    rate_scale=rate_scale, max_num_batched_tokens=max_num_batched_tokens,
                                    max_num_seqs=max_num_seqs, log_evictions=True)
-    return _result(scheduler, res, back, len(requests))
+    return _result(res, back, len(requests))
 
 
-def _result(scheduler, res, back, n: int) -> ref.Result:
+def _result(res, back, n: int) -> ref.Result:
     names = {int(scheduler.DONE): "done", int(scheduler.REJECTED): "rejected"}
     outcomes = []
     for i in range(n):
@@ -196,13 +152,11 @@ def _counter(name: str) -> int:
 
 def engine_step_model(block_tokens: int):
     """The engine's own step model as a reference `step_time` callable: the step's arguments
-    computed from the reference's Step record as SERVING.md defines them, passed to the engine's
+    computed from the reference's Step record as latency.py's docstring defines them, passed to the engine's
     @njit step function with the model's parameters and seeded state (so a schedule under the
     real latency model can be compared too)."""
-    _reblock, scheduler, _steptime = _engine_modules()
     model = scheduler.StepCostModel.from_calibration(None, None, block_tokens, 0)
-    rng = (model.rng_state() if hasattr(model, "rng_state")
-           else np.array([np.uint64(1)], dtype=np.uint64))
+    rng = model.rng_state()
     terms = np.zeros(4)
     fn = scheduler.step_seconds
 

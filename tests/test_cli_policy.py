@@ -83,7 +83,7 @@ def test_simulate_real_mooncake_lru(cli, mooncake_path):
     assert code == 0
     doc = json.loads(out)
     assert doc["trace"]["references"] == 288_500 and doc["trace"]["distinct_blocks"] == 182_790
-    assert doc["results"][0]["block_hit_ratio"] == pytest.approx(0.2112, abs=0.001)  # DESIGN.md
+    assert doc["results"][0]["block_hit_ratio"] == pytest.approx(0.2112, abs=0.001)  # libCacheSim 0.3.5's LRU
 
 
 def test_simulate_csv_and_table(cli, small_trace):

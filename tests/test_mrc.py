@@ -46,7 +46,7 @@ def test_mooncake_curve_equals_simulation(mooncake_path):
     hits = lru_hit_counts(trace, caps)
     assert hits.tolist() == per_capacity_hits(trace, caps).tolist()
     ratios = lru_hit_ratio_curve(trace, [1000, 10000, 50000, 10**9])
-    assert np.round(ratios, 4).tolist() == [0.0445, 0.2112, 0.3546, 0.3664]  # DESIGN.md
+    assert np.round(ratios, 4).tolist() == [0.0445, 0.2112, 0.3546, 0.3664]  # libCacheSim 0.3.5's LRU
 
 
 @pytest.mark.parametrize("alpha,seed", [(0.7, 5), (1.0, 6)])

@@ -110,4 +110,4 @@ def test_cli_reads_the_bundled_trace(cli):
     assert code == 0, err
     doc = json.loads(out)
     assert doc["trace"]["references"] == 288_500
-    assert doc["results"][0]["hits"] == 12_831  # libCacheSim's LRU: 0.0445 (DESIGN.md)
+    assert doc["results"][0]["hits"] == 12_831  # libCacheSim's LRU: 0.0445

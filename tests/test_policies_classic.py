@@ -56,7 +56,7 @@ def test_mooncake_matches_libcachesim(mooncake, policy):
 
 
 def test_mooncake_reference_numbers(mooncake):
-    """The harness reproduces the libCacheSim 0.3.5 figures quoted in DESIGN.md."""
+    """The harness reproduces the libCacheSim 0.3.5 figures (0.3.5, Mooncake trace)."""
     trace, _ = mooncake
     expected = {"lru": (0.0445, 0.2112, 0.3546), "lfu": (0.0481, 0.1318, 0.3438),
                 "sieve": (0.0481, 0.1318, 0.3438)}
@@ -147,7 +147,7 @@ def test_prefix_lru_takes_a_rereferenced_block_off_the_free_queue():
 
 
 def test_lfu_and_sieve_differ():
-    # DESIGN.md's libCacheSim figures for LFU and SIEVE coincide on the Mooncake trace; they
+    # libCacheSim's figures for LFU and SIEVE coincide on the Mooncake trace; they
     # are still different policies. Capacity 2: 0 and 1 are each hit once; 2 evicts 0 in both.
     # Then 3 arrives: LFU evicts 2 (frequency 1), SIEVE's hand has cleared 1's bit and evicts 1.
     trace = trace_from_ids(np.array([0, 0, 1, 1, 2, 3, 1]))

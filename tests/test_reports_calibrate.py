@@ -23,7 +23,8 @@ def runs(tmp_path_factory):
 
 
 def test_round_trip_into_the_policy_engine(runs, tmp_path):
-    from sitsprof.policies.cost.costmodel import CostModel, GpuFigures
+    from sitsprof.calibration import Calibration
+    from sitsprof.policies.cost.costmodel import CostModel
 
     path, cal = calibrate(runs["full"], tmp_path / "cal.json")
     loaded = load_calibration(path)
@@ -37,7 +38,7 @@ def test_round_trip_into_the_policy_engine(runs, tmp_path):
     assert loaded["latency"]["tlb_miss"]["quantiles"]["p50"] > loaded["latency"]["l2_near"]["quantiles"]["p50"]
     assert loaded["loaded_latency"][0]["tier"] == "hbm" and len(loaded["loaded_latency"][0]["points"]) == 10
     assert len(loaded["replacement_delay"]["levels"]) == 10
-    gpu = GpuFigures.from_calibration(str(path))
+    gpu = Calibration.load(str(path))
     assert gpu.hbm_read_bps == pytest.approx(loaded["bandwidth"]["hbm_read_gbs"] * 1e9)
     assert gpu.hbm_latency_s == pytest.approx(loaded["latency"]["hbm"]["quantiles"]["p50"] / 1980 * 1e-6)
     assert "compute" in loaded["provenance"]["missing"]  # copied from the reference, and said so

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 import serving_reference as ref
-from serving_engine import engine_replay, engine_replay_trace, engine_status, engine_step_model
+from serving_engine import engine_replay, engine_replay_trace, engine_step_model
 
 ROOT = Path(__file__).resolve().parent.parent
 MOONCAKE_PATHS = (ROOT / "policies" / "data" / "mooncake_conversation.jsonl.xz",
@@ -80,9 +80,6 @@ def _first_difference(a: ref.Result, b: ref.Result) -> str | None:
 
 
 def _compare(requests, capacity, *, block_tokens, step_time, engine="vllm", **knobs) -> ref.Result:
-    reason = engine_status(engine)
-    if reason:
-        pytest.skip(reason)
     duplicates = "single" if engine == "vllm" else "vllm"
     a = ref.replay(requests, capacity, block_tokens=block_tokens, step_time=step_time, engine=engine,
                    duplicates=duplicates, **knobs)
@@ -126,9 +123,6 @@ def test_engine_reblock_equals_the_reference_reblock():
     """policies/serving/reblock.py and the reference's re-blocking give the same requests: the
     same full prompt blocks shared between the same requests, prompt and output lengths and
     arrivals, and as many blocks in all (private ones included)."""
-    reason = engine_status("vllm")
-    if reason:
-        pytest.skip(reason)
     from sitsprof.policies.serving.reblock import reblock
     from sitsprof.policies.traces.mooncake import read_mooncake
 
@@ -158,11 +152,8 @@ def test_engine_reblock_equals_the_reference_reblock():
 def test_mooncake_under_the_engine_step_model(n, bt, capacity):
     """The same, with the engine's own step latency model instead of a fixed step: the
     reference computes each step's arguments (prefill tokens, attention pairs, context, KV
-    written, sequences, block-table entries) from its own schedule as SERVING.md defines them
+    written, sequences, block-table entries) from its own schedule as latency.py's docstring defines them
     and calls the engine's step function; the schedules still agree to the last bit."""
-    reason = engine_status("vllm")
-    if reason:
-        pytest.skip(reason)
     requests = ref.reblock_records(_mooncake_records(n), bt)
     step = engine_step_model(bt)
     a = ref.replay(requests, capacity, block_tokens=bt, step_time=step, duplicates="single")
@@ -176,9 +167,6 @@ def test_mooncake_under_the_engine_step_model(n, bt, capacity):
 def test_random_small_workloads_engine_equals_reference(engine):
     import numpy as np
 
-    reason = engine_status(engine)
-    if reason:
-        pytest.skip(reason)
     rng = np.random.default_rng(11)
     exercised = {"preempted": 0, "rejected": 0, "evicted": 0}
     for case in range(300):
@@ -198,9 +186,6 @@ def test_end_to_end_on_the_trace_with_a_rate_scale(tmp_path):
     """The engine's whole path, `run_replay(trace, rate_scale=2)` with its own re-blocking,
     against the reference on the same requests re-blocked independently and arriving twice as
     fast: the same outcomes and eviction sequence (ids named back position by position)."""
-    reason = engine_status("vllm")
-    if reason:
-        pytest.skip(reason)
     from sitsprof.policies.traces.mooncake import read_mooncake
 
     n, bt, capacity, step = 600, 32, 3000, 0.02

@@ -9,7 +9,7 @@ import pytest
 
 from sitsprof.calibration import load_calibration, write_calibration
 from sitsprof.policies.adaptive import sits
-from sitsprof.policies.adaptive.metrics import build_registry, exposition, serve
+from sitsprof.policies.engine.metrics import build_registry, exposition, serve
 from sitsprof.policies.traces.detect import read_trace
 from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl
 

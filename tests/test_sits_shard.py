@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from sitsprof.policies.adaptive import semantic_shard as ss
-from sitsprof.policies.adaptive.tenancy import _known_tenants, alert_threshold, ctcci, isolate, level
 from sitsprof.policies.classic import lru
+from sitsprof.policies.engine.tenancy import _known_tenants, alert_threshold, ctcci, isolate, level
 from sitsprof.policies.errors import PolicyEngineError
 from sitsprof.policies.traces.ids import trace_from_ids, trace_from_requests
 

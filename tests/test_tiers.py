@@ -1,4 +1,5 @@
-"""Change-point tier detection on constructed ladders with DESIGN.md's published plateaus.
+"""Change-point tier detection on constructed ladders with published plateaus
+(calibration/data/hopper-published.json).
 
 Plateaus (cycles at 1980 MHz, RRZE-HPC gpu-benches, gpu-latency on GH200): L1 ~32,
 near L2 ~280, far L2 ~490-530, HBM ~610-690.

@@ -37,12 +37,12 @@ from ..classic._structs import NIL, move_to_head, new_lists, pop_tail, push_head
 from ..cost.costmodel import CostModel, token_column
 from ..engine.capacity import check_capacity
 from ..engine.replay import result_from_hits
+from ..engine.tenancy import ctcci
 from ..errors import PolicyEngineError
 from ..traces.hashing import GOLDEN
 from ..traces.trace import DEFAULT_BLOCK_TOKENS, Trace
 from .embedding import DEFAULT_THRESHOLD, cluster_texts
 from .signals import P99_SAMPLE, action_cell, adapt_alpha, migration_score, window_bounds, window_signals
-from .tenancy import ctcci
 
 NAME = "semantic-shard"
 DESCRIPTION = ("Semantic shard cache: per-shard LRU slots rebalanced by demand, TTL expiry (180 s), "

@@ -45,6 +45,7 @@ from ..classic.arc import RECENCY, SCAN
 from ..cost.costmodel import CostModel, token_column, ttft_kernel
 from ..engine.capacity import check_capacity
 from ..engine.replay import result_from_hits
+from ..engine.tenancy import ctcci
 from ..errors import PolicyEngineError
 from ..traces.trace import DEFAULT_BLOCK_TOKENS, Trace
 from .front import FrontBuffer
@@ -59,7 +60,6 @@ from .signals import (
     window_bounds,
     window_signals,
 )
-from .tenancy import ctcci
 from .threshold import LirsBaseline, ThresholdEngine
 
 NAME = "sits"

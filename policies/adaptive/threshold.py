@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sitsprof.calibration import latency_ns, load_calibration
+from sitsprof.calibration import Calibration
 from sitsprof.common.jit import njit
 
 from ..classic._structs import NIL, push_tail_s
@@ -137,8 +137,7 @@ class ThresholdEngine:
         if self.budget_ms <= 0:
             raise PolicyEngineError(f"switch budget {self.budget_ms} ms must be positive")
         if self.entry_ns is None:
-            cal = self.calibration if isinstance(self.calibration, dict) else load_calibration(self.calibration)
-            self.entry_ns = latency_ns(cal, "hbm", "p99")
+            self.entry_ns = Calibration.of(self.calibration).latency_ns("hbm", "p99")
 
     # -- the threshold -------------------------------------------------------------------
     def threshold(self) -> float | None:

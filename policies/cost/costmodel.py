@@ -16,16 +16,14 @@ one decode step (weights plus the context's KV read once). Requests are served o
 time: no queueing is modelled, so the percentiles are those of service time, not of
 latency under load.
 
-GPU figures come from a calibration file (calibration/); none given means the
-shipped ``hopper-published`` reference, which is not a measurement.
+GPU figures come from a `sitsprof.calibration.Calibration` (its attributes, no key reads
+here); none given means the shipped ``hopper-published`` reference, which is not a measurement.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from sitsprof.calibration import CalibrationError, latency_ns, load_calibration
+from sitsprof.calibration import Calibration, CalibrationError
 from sitsprof.common.jit import njit
 
 from ..errors import CostModelError
@@ -37,37 +35,6 @@ MISS_MODES = ("recompute", "reload")
 HIT_PER_TOKEN, HIT_FIXED, MISS_PER_TOKEN, MISS_FIXED, MISS_ATTN, DECODE_FIXED, DECODE_PER_TOKEN = range(7)
 
 
-@dataclass(frozen=True)
-class GpuFigures:
-    hbm_read_bps: float
-    hbm_write_bps: float
-    host_bps: float
-    hbm_latency_s: float
-    flops: float  # achieved dense BF16 FLOP/s for prefill
-    calibration: str
-    #: provenance.kind of the calibration: measured, published or synthetic (shown beside its name)
-    calibration_kind: str = "published"
-
-    @classmethod
-    def from_calibration(cls, calibration: dict | str | None = None) -> GpuFigures:
-        cal = calibration if isinstance(calibration, dict) else load_calibration(calibration)
-        bw = cal["bandwidth"]
-        compute = cal.get("compute")
-        if compute is None:
-            raise CalibrationError("compute", "the cost model needs compute.bf16_dense_tflops to price recompute")
-        read = bw["hbm_read_gbs"] * 1e9
-        return cls(
-            hbm_read_bps=read,
-            hbm_write_bps=bw.get("hbm_write_gbs", bw["hbm_read_gbs"]) * 1e9,
-            host_bps=bw.get("host_to_device_gbs", 0.0) * 1e9,
-            hbm_latency_s=latency_ns(cal, "hbm", "p50") * 1e-9,
-            flops=compute["bf16_dense_tflops"] * 1e12 * compute["achieved_fraction"],
-            calibration=cal["name"],
-            calibration_kind="synthetic" if cal.get("synthetic") is True
-            else str((cal.get("provenance") or {}).get("kind", "published")),
-        )
-
-
 class CostModel:
     """Prices every block reference of a trace as a hit or a miss, then sums per request."""
 
@@ -75,7 +42,9 @@ class CostModel:
                  stack_models: bool = True):
         if miss not in MISS_MODES:
             raise CostModelError(f"miss cost {miss!r} unknown; choose from {', '.join(MISS_MODES)}")
-        self.gpu = GpuFigures.from_calibration(calibration)
+        #: the GPU figures (a `Calibration`: one given is used as is, a path or dict is read once here)
+        self.gpu = Calibration.of(calibration)
+        self.gpu.require_flops()
         if miss == "reload" and self.gpu.host_bps <= 0:
             raise CalibrationError("bandwidth.host_to_device_gbs", "is needed to price host reloads (miss='reload')")
         self.model = model if isinstance(model, ModelPreset) else get_model(model)
@@ -170,7 +139,7 @@ class CostModel:
             out["tokens_per_s"] = float(np.sum(outputs)) / busy if busy > 0 else 0.0
         else:
             out["tokens_per_s"] = None
-        out.update(calibration=self.gpu.calibration, calibration_kind=self.gpu.calibration_kind,
+        out.update(calibration=self.gpu.name, calibration_kind=self.gpu.kind,
                    model=self.model.name, miss=self.miss)
         return out
 

@@ -25,6 +25,7 @@ from types import ModuleType
 from sitsprof.common.durations import parse_duration
 
 from ..errors import PolicyEngineError
+from .protocol import capabilities
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def kernel_params(module: ModuleType) -> dict:
 def accepted(module: ModuleType) -> dict:
     """Parameter name -> default for one policy module in a sweep: `PARAMS` of a policy
     with `run`, else its KERNEL's trailing parameters."""
-    if hasattr(module, "run"):
+    if capabilities(module).adaptive:
         return dict(module.PARAMS)
     return kernel_params(module)
 

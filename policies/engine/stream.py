@@ -9,7 +9,8 @@ distinct blocks (the id table, about 12-24 bytes each, and each policy's per-blo
 plus the capacity-sized queues and one chunk, not the trace's length.
 
 Resumable form (every classic policy; sits and semantic-shard through the module their
-STREAM_FORM names; docs/scale.md): a module exposes
+STREAM_FORM names; docs/scale.md; which names a module has is read once, by
+`engine.protocol.stream_capabilities`): a module exposes
 `new_stream_state(n_blocks, capacity, **params) -> state` (a tuple of arrays),
 `grow_state(state, n_blocks, capacity, **params) -> state` (more block ids: per-block arrays
 grown, queue contents kept), `max_resident(state)`, and either
@@ -41,7 +42,6 @@ the prefix hit ratio is the block hit ratio; the token hit ratio weighs hits by 
 """
 from __future__ import annotations
 
-import importlib
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -56,6 +56,7 @@ from sitsprof.common.jit import njit
 from ..errors import PolicyEngineError
 from ..traces.factorize import Factorizer
 from .params import check_params, kernel_params
+from .protocol import StreamCapabilities, stream_capabilities
 from .replay import SimResult, request_stats
 
 #: Default chunk: 1M references (24 MB of records, 4 MB of codes, 1 MB of hit flags).
@@ -72,26 +73,23 @@ class StreamError(PolicyEngineError):
 def stream_form(module: ModuleType) -> ModuleType:
     """The module holding `module`'s resumable form: itself, or the one its STREAM_FORM names
     (an adaptive policy's, imported by name so the engine does not depend on that layer)."""
-    name = getattr(module, "STREAM_FORM", None)
-    return importlib.import_module(name) if name else module
+    return stream_capabilities(module).form or module
 
 
 def streamable(module: ModuleType) -> bool:
     """Whether `module` has the resumable form the streaming replay needs."""
-    form = stream_form(module)
-    return hasattr(form, "new_stream_state") and (
-        hasattr(form, "stream_window") or hasattr(form, "stream_requests"))
+    return stream_capabilities(module).streams
 
 
 def needs_future(module: ModuleType) -> bool:
     """Whether `module`'s stream_window reads each reference's next use (belady)."""
-    return bool(getattr(stream_form(module), "STREAM_FUTURE", False))
+    return stream_capabilities(module).needs_future
 
 
 def needs_times(module: ModuleType) -> bool:
     """Whether `module`'s stream_window reads each reference's time and size, and its state
     the trace's length and time span (sits: windows of trace time)."""
-    return bool(getattr(stream_form(module), "STREAM_TIMES", False))
+    return stream_capabilities(module).needs_times
 
 
 @dataclass
@@ -100,6 +98,7 @@ class _Run:
     capacity: int
     params: dict
     form: ModuleType | None = None
+    caps: StreamCapabilities | None = None
     state: tuple = ()
     evictions: int = 0
     hits: int = 0
@@ -122,13 +121,15 @@ def _weighted_hits(hit, tokens):
     return total
 
 
-def _check(module: ModuleType, params: dict) -> None:
+def check_streamable(module: ModuleType, params: dict) -> None:
+    """StreamError when `module` has no resumable form; PolicyEngineError when `params` are
+    not what its stream takes or out of range."""
     if not streamable(module):
         raise StreamError(
             f"policy {module.NAME!r} cannot be streamed (it has no resumable form: it needs the whole trace); "
             "replay it without --stream, or leave it out")
-    form = stream_form(module)
-    allowed = list(form.STREAM_PARAMS if hasattr(form, "STREAM_PARAMS") else kernel_params(module))
+    declared = stream_capabilities(module).params
+    allowed = list(declared if declared is not None else kernel_params(module))
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise PolicyEngineError(
@@ -151,8 +152,9 @@ class StreamReplay:
                  first_blocks: int = _FIRST_BLOCKS, info: dict | None = None):
         self.runs = []
         for module, capacity, params in runs:
-            _check(module, dict(params))
-            self.runs.append(_Run(module, int(capacity), dict(params), stream_form(module)))
+            check_streamable(module, dict(params))
+            caps = stream_capabilities(module)
+            self.runs.append(_Run(module, int(capacity), dict(params), caps.form, caps))
         self.info = info  # references, first_time, last_time: for the runs that read times
         self.keep_hits = keep_hits
         self.first_blocks = max(int(first_blocks), 1)
@@ -166,7 +168,7 @@ class StreamReplay:
         self.allocated = max(n_blocks, self.first_blocks if first else int(self.allocated * GROWTH))
         for run in self.runs:
             if first:
-                extra = {"info": self.info} if needs_times(run.module) else {}
+                extra = {"info": self.info} if run.caps.needs_times else {}
                 run.state = run.form.new_stream_state(self.allocated, run.capacity, **extra, **run.params)
             else:
                 run.state = run.form.grow_state(run.state, self.allocated, run.capacity, **run.params)
@@ -193,18 +195,18 @@ class StreamReplay:
         for run in self.runs:
             start = time.perf_counter()
             form = run.form
-            if needs_future(run.module):
+            if run.caps.needs_future:
                 if future is None:
                     raise StreamError(f"policy {run.module.NAME!r} reads each reference's next use: stream it "
                                       "from an oracleGeneral file (stream_simulate), which gives them")
                 ev = form.stream_window(run.state, block, 0, n, run.capacity, hit, future[:n], **run.params)
-            elif needs_times(run.module):
+            elif run.caps.needs_times:
                 if times is None or sizes is None:
                     raise StreamError(f"policy {run.module.NAME!r} reads each reference's time and size: stream "
                                       "it from an oracleGeneral file (stream_simulate), which gives them")
                 ev = form.stream_window(run.state, block, 0, n, run.capacity, hit, times=times[:n],
                                         tokens=np.minimum(sizes[:n], 2**31 - 1), **run.params)
-            elif hasattr(form, "stream_window"):
+            elif not run.caps.by_request:
                 ev = form.stream_window(run.state, block, 0, n, run.capacity, hit, **run.params)
             else:
                 offs = np.arange(n + 1, dtype=np.int64) if offsets is None else offsets
@@ -243,8 +245,7 @@ class StreamReplay:
         out = []
         for k, run in enumerate(self.runs):
             prefix = run.prefix_hits if prefix_hits is None else prefix_hits[k]
-            finish = getattr(run.form, "stream_finish", None)
-            more = finish(run.state) if finish is not None and run.state else {}
+            more = run.form.stream_finish(run.state) if run.caps.finishes and run.state else {}
             out.append(SimResult(
                 policy=run.module.NAME, capacity=run.capacity, references=int(references), hits=run.hits,
                 block_hit_ratio=run.hits / references if references else 0.0,

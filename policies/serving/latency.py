@@ -33,7 +33,7 @@ A step (one forward pass over the scheduled tokens of every running request) las
   the term is 0 and the model says so (`StepCostModel.refetch`, `.notes`).
 * **overhead**: a fixed per-step scheduling and launch time (``STEP_OVERHEAD_S``, an assumption).
 
-Interface (SERVING.md): ``StepCostModel.from_calibration(calibration, model_preset,
+Interface: ``StepCostModel.from_calibration(calibration, model_preset,
 block_tokens, seed)``; ``.params`` goes into the replay's numba loop, which calls the @njit
 ``step_seconds(params, prefill_tokens, attn_token_pairs, context_tokens, kv_write_tokens,
 n_running, table_blocks, rng_state, terms)``; ``terms`` (float64[4]) is ADDED to:
@@ -46,7 +46,7 @@ import math
 import numpy as np
 from numba import njit
 
-from sitsprof.calibration import load_calibration, validate_calibration
+from sitsprof.calibration import Calibration
 
 from ..errors import CostModelError
 
@@ -110,26 +110,23 @@ class StepCostModel:
     @classmethod
     def from_calibration(cls, calibration=None, model_preset=None, block_tokens: int = 16, seed: int = 0,
                          overhead_s: float = STEP_OVERHEAD_S) -> StepCostModel:
-        from ..cost.costmodel import GpuFigures
+        """The model on `calibration` (a `Calibration`, used as is; a path, dict or None is read
+        once here) for `model_preset` (a preset or its name)."""
         from ..cost.models import DEFAULT_MODEL, ModelPreset, get_model
 
-        if isinstance(calibration, dict):
-            cal = validate_calibration(calibration)
-        else:
-            cal = load_calibration(calibration)
+        g = Calibration.of(calibration)
         p = model_preset if isinstance(model_preset, ModelPreset) else get_model(model_preset or DEFAULT_MODEL)
         if int(block_tokens) < 1:
             raise CostModelError(f"block_tokens {block_tokens}: must be at least 1 (16 is vLLM's default)")
         if not (isinstance(overhead_s, (int, float)) and math.isfinite(overhead_s) and overhead_s >= 0):
             raise CostModelError(f"step overhead {overhead_s!r} s: must be a non-negative number of seconds")
-        g = GpuFigures.from_calibration(cal)
+        flops = g.require_flops()
         tp = float(p.tensor_parallel)
-        mhz = float(cal["clocks"]["sm_mhz"])
         notes: list[str] = []
 
         sc = np.zeros(N_SCALARS)
-        sc[S_LIN] = 2e9 * p.params_active_b / (g.flops * tp)
-        sc[S_ATTN] = 4.0 * p.layers * p.q_heads * p.attn_dim / (g.flops * tp)
+        sc[S_LIN] = 2e9 * p.params_active_b / (flops * tp)
+        sc[S_ATTN] = 4.0 * p.layers * p.q_heads * p.attn_dim / (flops * tp)
         sc[S_WEIGHTS] = p.weight_bytes / tp
         # per GPU: dense attention's KV heads split over the group, MLA's latent read whole by each
         kv_gpu = p.kv_bytes_per_token_per_gpu
@@ -139,15 +136,15 @@ class StepCostModel:
         if p.dtype_bytes < 2:
             notes.append(f"{p.dtype} weights: their bytes are priced at {p.dtype_bytes} byte each, their FLOPs at the "
                          "calibration's bf16 rate (it holds no fp8 tensor-core rate)")
-        sm_count = cal["device"].get("sm_count")
-        if not isinstance(sm_count, (int, float)) or isinstance(sm_count, bool):
+        sm_count = g.sm_count
+        if sm_count is None:
             sm_count = DEFAULT_SM_COUNT
             notes.append(f"device.sm_count not in the calibration: {DEFAULT_SM_COUNT} SMs assumed (H100/H200)")
         sc[S_INFLIGHT] = float(sm_count) * IN_FLIGHT_BYTES_PER_SM
         sc[S_OVERHEAD] = float(overhead_s)
         sc[S_LAYERS] = float(p.layers)
 
-        curve = next((c for c in cal.get("loaded_latency", []) if c.get("tier") == "hbm"), None)
+        curve = g.hbm_curve
         cu = np.zeros(1)
         cl = np.zeros(1)
         hbm_s = g.hbm_latency_s
@@ -160,72 +157,69 @@ class StepCostModel:
                          f"({hbm_s * 1e9:.0f} ns), bandwidth capped at hbm_read_gbs")
             curve_text = "flat latency (no loaded-latency curve)"
         else:
-            to_s = (1e-6 / mhz) if curve["unit"] == "cycles" else 1e-9
-            sc[S_PEAK] = float(curve.get("peak_gbs", cal["bandwidth"]["hbm_read_gbs"])) * 1e9
-            if "peak_gbs" not in curve:
+            to_s = curve.unit_s
+            sc[S_PEAK] = curve.peak_bps
+            if not curve.peak_given:
                 notes.append("the loaded-latency curve does not say its peak: its fractions are taken of hbm_read_gbs")
-            fit = curve.get("fit_p50")
+            fit = curve.fit_p50
             if fit is not None:
                 sc[S_MODE] = MODE_FIT
-                sc[S_L0], sc[S_A], sc[S_UMAX], sc[S_B] = fit["l0"] * to_s, fit["a"] * to_s, fit["u_max"], fit["b"]
-                sc[S_UCAP] = min(1.0, fit["u_max"] * (1.0 - 1e-9))
-                curve_text = (f"loaded latency: queueing fit L0 {fit['l0'] * to_s * 1e9:.0f} ns, "
-                              f"u_max {fit['u_max']:.3f}, b {fit['b']:g}")
+                sc[S_L0], sc[S_A], sc[S_UMAX], sc[S_B] = fit.l0 * to_s, fit.a * to_s, fit.u_max, fit.b
+                sc[S_UCAP] = min(1.0, fit.u_max * (1.0 - 1e-9))
+                curve_text = (f"loaded latency: queueing fit L0 {fit.l0 * to_s * 1e9:.0f} ns, "
+                              f"u_max {fit.u_max:.3f}, b {fit.b:g}")
             else:
                 sc[S_MODE] = MODE_POINTS
-                pts = curve["points"]
-                cu = np.array([pt["bandwidth_fraction"] for pt in pts], dtype=np.float64)
-                cl = np.array([pt["quantiles"]["p50"] * to_s for pt in pts], dtype=np.float64)
+                cu = np.array(curve.fractions, dtype=np.float64)
+                cl = np.array(curve.p50_s, dtype=np.float64)
                 sc[S_L0] = cl[0]
                 sc[S_UCAP] = min(1.0, float(cu[-1]))
                 notes.append("the loaded-latency curve has no queueing fit: its P50 points are interpolated and the "
                              f"load capped at the last measured fraction ({cu[-1]:.3f})")
-                curve_text = f"loaded latency: {len(pts)} P50 points"
+                curve_text = f"loaded latency: {len(cu)} P50 points"
 
         # a step with at least the in-flight bytes has Q = that: its load is one number, solved once
         sc[S_USAT] = solve_load(sc, cu, cl, sc[S_INFLIGHT])[0]
-        levels, arrays, refetch_note = _levels(cal, mhz)
+        levels, arrays, refetch_note = _levels(g)
         sc[S_REFETCH] = 1.0 if levels else 0.0
         if refetch_note:
             notes.append(refetch_note)
         lv, sc[S_LV_M], sc[S_LV_B] = _pack(arrays)
         # one 1-D and three small 2-D/1-D float arrays: few references for numba to count per call
         params = (sc, cu, cl, lv)
-        kind = g.calibration_kind
-        description = (f"step model: {g.calibration} ({kind}), {p.name} tp={p.tensor_parallel}; {curve_text}; "
+        description = (f"step model: {g.name} ({g.kind}), {p.name} tp={p.tensor_parallel}; {curve_text}; "
                        + (f"refetch priced from {len(levels)} replacement-delay level(s)" if levels
                           else "refetch term 0 (no replacement-delay distribution in the calibration)")
                        + f"; overhead {overhead_s * 1e3:g} ms/step")
         return cls(params, description, notes, bool(levels), seed, levels)
 
 
-def _levels(cal: dict, mhz: float):
+def _levels(cal: Calibration):
     """Per load level arrays for the refetch term, padded: (fraction, has delay, residency ages,
     resident fractions, points, half-life, histogram edges, cumulative shares, bins, quantile
     probabilities, quantile values), all in seconds; [] and a note when there is none."""
-    rd = cal.get("replacement_delay")
     empty = (np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros((1, 1)), np.zeros((1, 1)),
              np.zeros(1, dtype=np.int64), np.full(1, np.nan), np.zeros((1, 2)), np.zeros((1, 1)),
              np.zeros(1, dtype=np.int64), np.full((1, K_KNOTS), 2.0), np.zeros((1, K_KNOTS)), np.zeros(1),
              np.zeros(1))
-    if not rd or not rd.get("levels"):
+    if not cal.delay_levels:
         return [], empty, ("no replacement_delay section in the calibration: the refetch term is 0 "
                            "(calibrate from a run with the loaded-latency probe to price it)")
-    to_s = (1e-6 / mhz) if rd["unit"] == "cycles" else 1e-9
-    lvls = sorted(rd["levels"], key=lambda lv: lv["bandwidth_fraction"])
-    if not any(lv["delay"] is not None for lv in lvls):
+    to_s = cal.delay_unit_s
+    lvls = sorted(cal.delay_levels, key=lambda lv: lv.bandwidth_fraction)
+    if not any(lv.delay_quantiles is not None for lv in lvls):
         return [], empty, "the replacement_delay section has no level with a missed re-touch: the refetch term is 0"
     n = len(lvls)
-    curves = [[pt for pt in lv["residency"].get("curve", []) if "age_ns" in pt] for lv in lvls]
+    curves = [lv.residency_curve for lv in lvls]
     m = max([len(c) for c in curves] + [1])
-    frac = np.array([lv["bandwidth_fraction"] for lv in lvls], dtype=np.float64)
-    has = np.array([lv["delay"] is not None for lv in lvls], dtype=np.int64)
+    frac = np.array([lv.bandwidth_fraction for lv in lvls], dtype=np.float64)
+    has = np.array([lv.delay_quantiles is not None for lv in lvls], dtype=np.int64)
     ages = np.zeros((n, m))
     res = np.zeros((n, m))
     npts = np.zeros(n, dtype=np.int64)
     half = np.full(n, np.nan)
-    hists = [(lv["delay"] or {}).get("histogram") for lv in lvls]
-    b = max([len(h["counts"]) for h in hists if h] + [1])
+    hists = [lv.delay_histogram for lv in lvls]
+    b = max([len(h[1]) for h in hists if h] + [1])
     edges = np.zeros((n, b + 1))
     cum = np.zeros((n, b))
     nb = np.zeros(n, dtype=np.int64)
@@ -234,23 +228,22 @@ def _levels(cal: dict, mhz: float):
     mu = np.zeros(n)
     sd = np.zeros(n)
     for i, lv in enumerate(lvls):
-        for j, pt in enumerate(curves[i]):
-            ages[i, j] = pt["age_ns"] * 1e-9
-            res[i, j] = pt["resident_fraction"]
+        for j, (age_ns, resident) in enumerate(curves[i]):
+            ages[i, j] = age_ns * 1e-9
+            res[i, j] = resident
         npts[i] = len(curves[i])
-        if lv["residency"].get("time_ns") is not None:
-            half[i] = lv["residency"]["time_ns"] * 1e-9
-        if lv["delay"] is None:
+        if lv.residency_time_ns is not None:
+            half[i] = lv.residency_time_ns * 1e-9
+        if lv.delay_quantiles is None:
             continue
         h = hists[i]
-        if h and sum(h["counts"]) > 0:
-            k = len(h["counts"])
-            edges[i, : k + 1] = np.asarray(h["edges"], dtype=np.float64) * to_s
-            c = np.cumsum(np.asarray(h["counts"], dtype=np.float64))
+        if h and sum(h[1]) > 0:
+            k = len(h[1])
+            edges[i, : k + 1] = np.asarray(h[0], dtype=np.float64) * to_s
+            c = np.cumsum(np.asarray(h[1], dtype=np.float64))
             cum[i, :k] = c / c[-1]
             nb[i] = k
-        q = lv["delay"]["quantiles"]
-        probs, vals = knots(q)
+        probs, vals = knots(lv.delay_quantiles)
         qp[i, : len(probs)] = probs
         qv[i, : len(vals)] = np.asarray(vals) * to_s
         qp[i, len(probs):] = 2.0  # unused slots (beyond probability 1)

@@ -43,6 +43,7 @@ from numba import njit
 
 from ..errors import ServingReplayError as ReplayError
 from .evictors import ev_admit, ev_hit, ev_miss, ev_pin, ev_unpin
+from .latency import StepCostModel, step_seconds
 from .pool import (
     CAPACITY,
     HIT_BLOCKS,
@@ -76,8 +77,7 @@ def _drop_stale_cache(dispatcher) -> None:
     try:
         cache = Path(dispatcher._cache._cache_path)
         digest = hashlib.sha1()
-        for name in ("scheduler.py", "evictors.py", "lirs_form.py", "lfu_form.py", "pool.py", "radix.py", "latency.py",
-                     "steptime.py"):
+        for name in ("scheduler.py", "evictors.py", "lirs_form.py", "lfu_form.py", "pool.py", "radix.py", "latency.py"):
             f = here / name
             if f.exists():
                 digest.update(name.encode() + f.read_bytes())
@@ -90,11 +90,6 @@ def _drop_stale_cache(dispatcher) -> None:
         stamp.write_text(digest.hexdigest())
     except (OSError, AttributeError):  # a read-only cache, or a numba without this attribute
         pass
-
-try:  # S3's step latency model; the placeholder keeps its interface until it exists
-    from .latency import StepCostModel, step_seconds  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on another engineer's module
-    from .steptime import StepCostModel, step_seconds
 
 VLLM, SGLANG = 0, 1
 # per-request status

@@ -1,4 +1,4 @@
-"""Seeded workload generator for the three-stack mixed benchmark (DESIGN.md).
+"""Seeded workload generator for the three-stack mixed benchmark.
 
 Model
 -----
@@ -119,7 +119,7 @@ STACK_NAMES: tuple[str, ...] = tuple(s.name for s in DEFAULT_STACKS)
 
 @dataclass(frozen=True)
 class Request:
-    """One generated request: the DESIGN.md request fields plus what a replay needs."""
+    """One generated request: the request JSONL fields (traces/requests.py) plus what a replay needs."""
 
     request_id: str
     model_stack: str
@@ -134,7 +134,7 @@ class Request:
     prompt: str | None = None  # system prompt + this turn's user message (generate_requests(prompts=True))
 
     def design_record(self, extras: bool = True) -> dict:
-        """The DESIGN.md request format; `extras` adds arrival, session, turn, hash ids and the
+        """The request JSONL format (traces/requests.py); `extras` adds arrival, session, turn, hash ids and the
         prompt text (when generated)."""
         record = {
             "request_id": self.request_id,
@@ -388,7 +388,7 @@ def _write_jsonl(path, records) -> Path:
 
 
 def write_requests_jsonl(requests: list[Request], path, extras: bool = True) -> Path:
-    """Write the DESIGN.md request format, one JSON object a line."""
+    """Write the request JSONL format (traces/requests.py), one JSON object a line."""
     return _write_jsonl(path, (r.design_record(extras=extras) for r in requests))
 
 

@@ -1,4 +1,4 @@
-"""The request JSONL format (DESIGN.md) with the block ids to replay; tenant = model stack.
+"""The request JSONL format (defined here) with the block ids to replay; tenant = model stack.
 
 One JSON object a line: `model_stack`, `input_tokens`, `max_new_tokens` (and `request_id`,
 `priority_class`), plus the block ids to replay, `hash_ids`, and optionally `arrival_ms`,
@@ -24,7 +24,7 @@ _REQUEST_HASH_FIX = (
 
 
 def _request_problem(row) -> str | None:
-    """Why a parsed DESIGN.md request line is unusable, or None when it is fine."""
+    """Why a parsed request JSONL line is unusable, or None when it is fine."""
     if not isinstance(row, dict):
         return f"expected a JSON object, got {type(row).__name__}"
     for name in ("model_stack", "input_tokens", "max_new_tokens"):
@@ -46,7 +46,7 @@ def _request_problem(row) -> str | None:
 
 def read_requests(path, skip_bad_lines: bool = False, block_tokens: int = DEFAULT_BLOCK_TOKENS,
                   time_unit: str | None = None) -> Trace:
-    """Read DESIGN.md request JSONL carrying `hash_ids`; tenant = model stack."""
+    """Read request JSONL carrying `hash_ids`; tenant = model stack."""
     import pandas as pd
 
     path = Path(path)

@@ -2,8 +2,8 @@
 
 CTCCI = hits served from an entry another tenant inserted / all accesses. An entry belongs to
 the tenant whose miss last inserted it. Levels: light < 0.05, medium 0.05 to < 0.2, heavy
->= 0.2. Alert threshold: 0.08 with fewer than 100 tenants, 0.03 with 100 to 1000 (DESIGN.md;
-above 1000 tenants it says nothing, and the stricter 0.03 is kept).
+>= 0.2. Alert threshold: 0.08 with fewer than 100 tenants, 0.03 with 100 to 1000 (the
+project brief's figures; above 1000 tenants it says nothing, and the stricter 0.03 is kept).
 
 Cross-tenant hits are never silent: in a shared cache they are served and counted here; with
 ``isolate(trace)`` tenants become separate namespaces (a block id per (tenant, block)), so a
