@@ -135,7 +135,12 @@ def test_it_only_queries_nvidia_smi_and_stops_where_cupy_is_missing(tmp_path):
     stop = [line for line in proc.stdout.splitlines() if "STOPPED" in line]
     assert len(stop) == 1 and "step 2/9 install (hard failure" in stop[0], proc.stdout
     calls = log.read_text().splitlines()
-    assert calls and all(c.startswith("--query-gpu=") for c in calls), calls
+    assert calls and all(c.startswith(("--query-gpu=", "--query-compute-apps=")) for c in calls), calls
+    # issue 20.4: the GPU's other processes, read before the check (and after it: state-after)
+    assert "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv" in calls
+    state = (out / "gpu-state.txt").read_text()
+    assert "# compute processes before the check" in state and "# compute processes after the check" in state
+    assert calls.count("--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv") == 2
     assert not any(SMI_SETTERS.search("nvidia-smi " + c) for c in calls)
     files = _files(out)
     assert len(files) <= 8 and all(len(f.parts) == 1 for f in files), files
