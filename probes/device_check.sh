@@ -81,7 +81,7 @@ step devices 15 hard '"$VPY" -m sitsprof.cli.main devices --json --counters > "$
 
 step pm-sets 15 soft '"$VPY" -c "$PM_SETS_PY" "$OUT/pm-sets.json"'
 
-step gpu-tests 85 soft 'env -u SITSPROF_ALLOW_CLOCK_CHANGES "$VPY" -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_pmu_gpu.py tests/test_probes_gpu.py -k "not quick_suite" 2>&1 | tee "$OUT/gpu-tests.log" || exit 1
+step gpu-tests 65 soft 'env -u SITSPROF_ALLOW_CLOCK_CHANGES "$VPY" -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_pmu_gpu.py tests/test_probes_gpu.py -k "not quick_suite" 2>&1 | tee "$OUT/gpu-tests.log" || exit 1
 grep -Eq "[0-9]+ passed" "$OUT/gpu-tests.log" || { echo "no GPU test passed (all skipped: is the GPU visible?)"; exit 1; }'
 
 step quick-suite 150 hard 'rm -rf "$WORK/runs/$RUN_NAME"; start=$(date +%s)
@@ -91,6 +91,15 @@ echo "quick suite wall time: $(( $(date +%s) - start )) s" | tee -a "$OUT/run.lo
 [ "$rc" = 0 ] || { echo "$last"; exit "$rc"; }'
 
 step figures 15 soft '"$VPY" -m sitsprof.cli.main probe figures "$WORK/runs/$RUN_NAME" 2>&1 | tee "$OUT/figures.txt"'
+
+# optional cross-check of the saturator against Nsight Compute, when ncu is on the node: DRAM bytes
+# and L2 hit rate of its first (unthrottled, calibration) launch. `--clock-control none` always:
+# ncu's default locks the clocks to base, which on a card that is not ours is a setting change.
+# `--kill yes` ends the probe once that one launch is profiled; the lines go to figures.txt.
+step ncu-check 20 soft 'command -v ncu >/dev/null || { echo "ncu not on PATH: no cross-check (optional)"; exit 0; }
+ncu --clock-control none --kill yes --launch-count 1 --kernel-name regex:saturator_read --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum "$VPY" -m sitsprof.cli.main probe loaded --levels 2 --clocks none --gpm off --out "$WORK/ncu-runs" --name ncu-check > "$WORK/ncu.log" 2>&1; rc=$?
+{ echo "# ncu cross-check (--clock-control none): saturator_read, first launch"; grep -E "saturator_read|dram__bytes_read|lts__t_sector_hit_rate|gpu__time_duration|==ERROR==|==WARNING==" "$WORK/ncu.log"; } | tee -a "$OUT/figures.txt"
+grep -q "dram__bytes_read" "$WORK/ncu.log" || { echo "ncu gave no metrics (exit status $rc): $(grep -v "^[[:space:]]*$" "$WORK/ncu.log" | tail -n 1)"; exit 1; }'
 
 # runs even after a hard failure, like the packing: the card's state after is always recorded
 step state-after 10 always 'command -v nvidia-smi >/dev/null && [ -f "$WORK/settings-before.csv" ] || { echo "no state recorded before the check: nothing to compare"; exit 0; }
