@@ -58,13 +58,16 @@ def recording(parent, name: str | None, kind: str, meta: dict, device_index: int
     from sitsprof.common.signals import signals_deferred, terminate_raises
     from sitsprof.pmu.clocks import locked_clocks
     from sitsprof.pmu.device import choose_device, device_facts
+    from sitsprof.pmu.tenants import compute_apps
 
     # device_index is CUDA's (as the probes, clock sync and CUPTI use it); NVML's may differ
     choice = choose_device(device_index)
     facts = {**device_facts(choice.nvml_index), "device_choice": choice.describe()}
+    # the GPU's other processes, before and after (read only; issue 20.4): a co-tenant shows here
+    apps = {"before": compute_apps(facts.get("uuid"))}
     session = None
     with terminate_raises(), signals_deferred() as deferred:
-        run = RunDirectory.create(parent, name, meta={"kind": kind, "device": facts, **meta})
+        run = RunDirectory.create(parent, name, meta={"kind": kind, "device": facts, "compute_apps": apps, **meta})
         with run:
             try:
                 with locked_clocks(choice.nvml_index, sm=sm, memory=memory, mode=clocks) as session:
@@ -84,6 +87,7 @@ def recording(parent, name: str | None, kind: str, meta: dict, device_index: int
                 # what was restored, clocks after
                 if session is not None:
                     _keep(run, clocks=session.to_dict())
+                _keep(run, compute_apps={**apps, "after": compute_apps(facts.get("uuid"))})
             if rec._outcome:
                 _keep(run, **rec._outcome)
             recorder.raise_if_lost()

@@ -28,8 +28,26 @@ EVENT_REASONS = {
 # CUDA cores per SM by compute capability major.minor (CUDA C Programming Guide, arithmetic table)
 _CORES_PER_SM = {(7, 0): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128,
                  (9, 0): 128, (10, 0): 128, (12, 0): 128}
-# L2 sizes of Hopper parts (NVIDIA Hopper architecture whitepaper: 50 MB on H100 SXM5/PCIe)
-_L2_BY_MODEL = {"H100": 50 * 1024 * 1024, "H200": 50 * 1024 * 1024, "GH200": 50 * 1024 * 1024}
+#: The one table of device facts sitsprof states without asking the device: used only where the
+#: device does not answer (the L2 fallback below, the dry run's assumed H200 in probes/assumed.py,
+#: the planner's fallback L2 in probes/suite.py). Model -> (L2 bytes as cudaDeviceProp.l2CacheSize
+#: reports it, SMs, source). Matched as a whole word of the NVML name, so "GH200" is not an H200:
+#: no GH200 row, since no source at hand gives its l2CacheSize.
+KNOWN_DEVICES = {
+    "H100": (50 * 1024 * 1024, 132, "NVIDIA H100 whitepaper: 50 MB of L2 on H100 SXM5 and PCIe (132 SMs SXM5)"),
+    "H200": (60 * 1024 * 1024, 132, "cudaDeviceProp on the lent H200: 60 MiB of L2, 132 SMs (PyTorch, 2026-10-28; "
+                                    "/work/.library/device/KINDS.md)"),
+}
+
+
+def known_device(name: str) -> tuple[str, int, int] | None:
+    """(model, l2_bytes, sm_count) of the KNOWN_DEVICES row whose model is a word of `name`, or None."""
+    import re
+
+    for model, (l2, sms, _source) in KNOWN_DEVICES.items():
+        if re.search(rf"(?<![A-Za-z0-9]){model}(?![A-Za-z0-9])", name):
+            return model, l2, sms
+    return None
 
 
 def event_reason_names(bits: int) -> list[str]:
@@ -128,9 +146,9 @@ def device_facts(index: int = 0, cuda: bool = True) -> dict:
     if l2_bytes is not None:
         sources["l2_bytes"] = "cuda"
     else:
-        model = next((key for key in sorted(_L2_BY_MODEL, key=len, reverse=True) if key in name), None)
-        if model:
-            l2_bytes = _L2_BY_MODEL[model]
+        known = known_device(name)
+        if known:
+            model, l2_bytes, _sms = known
             sources["l2_bytes"] = f"known {model} L2 size"
     return {
         "index": index,

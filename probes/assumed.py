@@ -8,7 +8,8 @@ not one of them is an error, dry run or not.
 """
 from __future__ import annotations
 
-from sitsprof.common.sizes import GiB, KiB, MiB
+from sitsprof.common.sizes import GiB, KiB
+from sitsprof.pmu.device import known_device
 from sitsprof.pmu.errors import NoGpuError
 
 from . import gpu
@@ -22,8 +23,9 @@ def assumed_h200(index: int = 0) -> DeviceLimits:
     """The nominal H200 a dry run without a GPU plans against, as GPU `index`: what an H200's
     cudaDeviceProp reports (l2CacheSize 60 MiB, where an H100 reports 50 MiB; 228 KiB of shared
     memory per SM, 227 KiB per block opted in, 1 KiB reserved per block)."""
+    _model, l2_bytes, sm_count = known_device("NVIDIA H200")  # pmu.device.KNOWN_DEVICES: one table
     return DeviceLimits(name=f"NVIDIA H200 ({ASSUMED_NOTE})", index=int(index), compute_capability=(9, 0),
-                        sm_count=132, l2_bytes=60 * MiB, memory_bytes=141 * GiB, free_bytes=140 * GiB,
+                        sm_count=sm_count, l2_bytes=l2_bytes, memory_bytes=141 * GiB, free_bytes=140 * GiB,
                         shared_per_sm=228 * KiB, shared_per_block_optin=227 * KiB, reserved_shared_per_block=KiB)
 
 

@@ -40,6 +40,8 @@ export PYTHONUNBUFFERED=1
 LIMIT_S=360
 # what nvidia-smi reports about the card's state (all of them long-standing query fields)
 export SMI_STATE=index,name,uuid,pci.bus_id,driver_version,persistence_mode,mig.mode.current,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,clocks.applications.graphics,clocks.applications.memory,power.draw,power.limit,power.default_limit,enforced.power.limit,temperature.gpu
+# the GPU's other processes (read only): a co-tenant would bend every latency, so it is recorded
+export SMI_APPS=gpu_uuid,pid,process_name,used_memory
 # the settings that must be the same after the check as before it
 export SMI_SETTINGS=index,uuid,persistence_mode,mig.mode.current,clocks.applications.graphics,clocks.applications.memory,power.limit,enforced.power.limit
 
@@ -64,6 +66,7 @@ step() { NAMES+=("$1"); BUDGETS+=("$2"); KINDS+=("$3"); CMDS+=("$4"); }
 
 step gpu-state 10 hard 'command -v nvidia-smi >/dev/null || { echo "nvidia-smi not found on PATH: no NVIDIA driver on this node (or PATH lacks it); nothing can be checked"; exit 127; }
 { echo "# before the check"; nvidia-smi --query-gpu="$SMI_STATE" --format=csv; } | tee "$OUT/gpu-state.txt"
+{ echo "# compute processes before the check"; nvidia-smi --query-compute-apps="$SMI_APPS" --format=csv || echo "(nvidia-smi could not list them)"; } | tee -a "$OUT/gpu-state.txt"
 nvidia-smi --query-gpu="$SMI_SETTINGS" --format=csv,noheader > "$WORK/settings-before.csv"'
 
 step install 40 hard '[ -x "$VPY" ] || { "$PY" -m venv --without-pip --system-site-packages "$WORK/venv" && "$VPY" -m pip --version >/dev/null 2>&1; } || { rm -rf "$WORK/venv"; "$PY" -m venv --system-site-packages "$WORK/venv"; } || { echo "$PY cannot make a venv (python3-venv missing?): set PYTHON to one that can"; exit 1; }
@@ -78,7 +81,7 @@ step devices 15 hard '"$VPY" -m sitsprof.cli.main devices --json --counters > "$
 
 step pm-sets 15 soft '"$VPY" -c "$PM_SETS_PY" "$OUT/pm-sets.json"'
 
-step gpu-tests 85 soft 'env -u SITSPROF_ALLOW_CLOCK_CHANGES "$VPY" -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_pmu_gpu.py tests/test_probes_gpu.py -k "not quick_suite" 2>&1 | tee "$OUT/gpu-tests.log" || exit 1
+step gpu-tests 65 soft 'env -u SITSPROF_ALLOW_CLOCK_CHANGES "$VPY" -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_pmu_gpu.py tests/test_probes_gpu.py -k "not quick_suite" 2>&1 | tee "$OUT/gpu-tests.log" || exit 1
 grep -Eq "[0-9]+ passed" "$OUT/gpu-tests.log" || { echo "no GPU test passed (all skipped: is the GPU visible?)"; exit 1; }'
 
 step quick-suite 150 hard 'rm -rf "$WORK/runs/$RUN_NAME"; start=$(date +%s)
@@ -89,9 +92,19 @@ echo "quick suite wall time: $(( $(date +%s) - start )) s" | tee -a "$OUT/run.lo
 
 step figures 15 soft '"$VPY" -m sitsprof.cli.main probe figures "$WORK/runs/$RUN_NAME" 2>&1 | tee "$OUT/figures.txt"'
 
+# optional cross-check of the saturator against Nsight Compute, when ncu is on the node: DRAM bytes
+# and L2 hit rate of its first (unthrottled, calibration) launch. `--clock-control none` always:
+# ncu's default locks the clocks to base, which on a card that is not ours is a setting change.
+# `--kill yes` ends the probe once that one launch is profiled; the lines go to figures.txt.
+step ncu-check 20 soft 'command -v ncu >/dev/null || { echo "ncu not on PATH: no cross-check (optional)"; exit 0; }
+ncu --clock-control none --kill yes --launch-count 1 --kernel-name regex:saturator_read --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum "$VPY" -m sitsprof.cli.main probe loaded --levels 2 --clocks none --gpm off --out "$WORK/ncu-runs" --name ncu-check > "$WORK/ncu.log" 2>&1; rc=$?
+{ echo "# ncu cross-check (--clock-control none): saturator_read, first launch"; grep -E "saturator_read|dram__bytes_read|lts__t_sector_hit_rate|gpu__time_duration|==ERROR==|==WARNING==" "$WORK/ncu.log"; } | tee -a "$OUT/figures.txt"
+grep -q "dram__bytes_read" "$WORK/ncu.log" || { echo "ncu gave no metrics (exit status $rc): $(grep -v "^[[:space:]]*$" "$WORK/ncu.log" | tail -n 1)"; exit 1; }'
+
 # runs even after a hard failure, like the packing: the card's state after is always recorded
 step state-after 10 always 'command -v nvidia-smi >/dev/null && [ -f "$WORK/settings-before.csv" ] || { echo "no state recorded before the check: nothing to compare"; exit 0; }
 { echo "# after the check"; nvidia-smi --query-gpu="$SMI_STATE" --format=csv; } | tee -a "$OUT/gpu-state.txt"
+{ echo "# compute processes after the check"; nvidia-smi --query-compute-apps="$SMI_APPS" --format=csv || echo "(nvidia-smi could not list them)"; } | tee -a "$OUT/gpu-state.txt"
 nvidia-smi --query-gpu="$SMI_SETTINGS" --format=csv,noheader > "$WORK/settings-after.csv"
 if cmp -s "$WORK/settings-before.csv" "$WORK/settings-after.csv"; then echo "card settings unchanged ($SMI_SETTINGS)" | tee -a "$OUT/gpu-state.txt"
 else { echo "CARD SETTINGS CHANGED ($SMI_SETTINGS):"; cat "$WORK/settings-before.csv" "$WORK/settings-after.csv"; } | tee -a "$OUT/gpu-state.txt"; exit 1; fi'
@@ -107,6 +120,7 @@ if [ "$DRY_RUN" = 1 ]; then
   echo "OUT=$OUT  DEVICE_CHECK_WORK=$WORK  PYTHON=$PY"
   echo "SMI_STATE (recorded before and after)=$SMI_STATE"
   echo "SMI_SETTINGS (must not change)=$SMI_SETTINGS"
+  echo "SMI_APPS (compute processes, recorded before and after)=$SMI_APPS"
   printf 'PM_SETS_PY=\n%s\n' "$PM_SETS_PY" | sed 's/^/    : /'
   for i in "${!NAMES[@]}"; do
     printf 'step %d/%d %-12s budget %3d s  %-6s\n' "$((i + 1))" "${#NAMES[@]}" "${NAMES[$i]}" "${BUDGETS[$i]}" "${KINDS[$i]}"

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from sitsprof.common.sizes import GiB, KiB, MiB, format_size, parse_size
+from sitsprof.pmu.device import KNOWN_DEVICES
 
 from .plan import (
     TLB_SKEW,
@@ -31,8 +32,8 @@ PARTS = ("latency", "tlb", "bandwidth", "loaded")
 #: Nominal latencies (ns) used only to estimate durations for the planner, never reported.
 _EST_NS = {"l2": 200.0, "hbm": 600.0, "tlb": 900.0}
 #: Planning only, for a device that reports no L2 size (CuPy's cudaDeviceProp.l2CacheSize is used
-#: when present: an H200 reports 60 MiB, an H100 50 MiB).
-FALLBACK_L2_BYTES = 50 * MiB
+#: when present): the smallest Hopper L2 of the one table of device facts (pmu.device.KNOWN_DEVICES).
+FALLBACK_L2_BYTES = min(l2 for l2, _sms, _source in KNOWN_DEVICES.values())
 #: The far-L2 band (about 38-60 MB on H100/H200) and its neighbours get this many ladder
 #: footprints per octave in every suite.
 DENSE_BAND = (16 * MiB, 128 * MiB)

@@ -293,6 +293,32 @@ def _tlb(res: RunAnalysis, frame) -> None:
     res.tlb = pd.DataFrame(rows)
 
 
+def name_tiers_by_tlb(res: RunAnalysis, within: float = 2.0) -> None:
+    """Name a ladder plateau beyond HBM (`hbm_<n>`) `tlb_miss` only where the TLB sweep shows a
+    step at that footprint, i.e. at that page count (both chases touch every page of their
+    footprint): a step whose first stepped footprint is within a factor `within` of where the
+    plateau starts. Without such a step the plateau keeps its `hbm_<n>` name and a note says why."""
+    from .tiers import TIER_LABELS
+
+    for tiers in (res.tiers, res.tiers_cg):
+        named = False
+        for tier in tiers:
+            if not tier.name.startswith("hbm_"):
+                continue
+            steps = [s for s in res.tlb_steps
+                     if tier.footprint_lo / within <= s["step_at_bytes"] <= tier.footprint_lo * within]
+            if steps and not named:
+                step = min(steps, key=lambda s: s["stride_bytes"])
+                tier.name, named = "tlb_miss", True
+                tier.label = (f"{TIER_LABELS['tlb_miss']} (TLB sweep step at {step['step_at_bytes']} bytes, "
+                              f"stride {step['stride_bytes']})")
+            elif not any(n.startswith(f"ladder plateau {tier.name}") for n in res.notes):
+                res.notes.append(f"ladder plateau {tier.name} from {tier.footprint_lo} bytes: "
+                                 + ("no TLB sweep step within a factor "
+                                    f"{within:g} of that footprint" if res.tlb_steps or res.tlb is not None
+                                    else "no TLB sweep in the run") + ", so it is not called a TLB miss")
+
+
 def _bandwidth(res: RunAnalysis, frame) -> None:
     """One row per (kernel, intensity, throttle): median and best GB/s over the repetitions."""
     kcol, gcol = column(frame, "kernel"), column(frame, "achieved_gbs")
@@ -535,6 +561,7 @@ def analyze_run(run_or_path) -> RunAnalysis:
             res.missing[part] = f"probes/{table}.parquet: {exc.args[0]}"
     if res.ladder is not None:
         res.missing.pop("latency", None)
+    name_tiers_by_tlb(res)
     _samplers(res, run)
     if not res.samplers:
         res.missing["samplers"] = "no sampler tables with a time column"

@@ -21,6 +21,10 @@ import numpy as np
 #: Tier names in footprint order (the calibration file's tier keys).
 TIER_NAMES = ("l1", "l2_near", "l2_far", "hbm", "tlb_miss")
 TIER_LABELS = {"l1": "L1", "l2_near": "L2 near", "l2_far": "L2 far", "hbm": "HBM", "tlb_miss": "HBM + TLB miss"}
+#: A ladder plateau beyond the first HBM one is named `hbm_<n>` ("HBM, plateau n: cause not
+#: shown") by the ladder alone; `tlb_miss` only when the TLB sweep shows a step at that footprint
+#: (reports.analysis.name_tiers_by_tlb): a second plateau is not evidence of a TLB miss by itself.
+BEYOND_HBM_LABEL = "HBM, plateau {n} (cause not shown by the TLB sweep)"
 
 
 @dataclass
@@ -209,18 +213,19 @@ def name_tiers(segments: list[Segment], first: str = "l1", l2_bytes: int | None 
     """Name plateaus in footprint order, starting at tier `first` (l2_near for an L1-bypassing chase).
 
     With `l2_bytes`, plateaus that start beyond the L2 are named from `hbm` on and the rest
-    from `first` up to `l2_far`; without it, by order, dropping `tlb_miss` then `l2_far` when
-    there are fewer plateaus than names. Plateaus beyond the names get `<last>_<n>`.
+    from `first` up to `l2_far`; without it, by order, dropping `l2_far` then `l2_near` when
+    there are fewer plateaus than names. Plateaus beyond the names get `<last>_<n>`: a second
+    plateau beyond the L2 is `hbm_2`, never `tlb_miss` from the ladder alone (BEYOND_HBM_LABEL).
     """
-    names = list(TIER_NAMES[TIER_NAMES.index(first):])
+    names = [n for n in TIER_NAMES[TIER_NAMES.index(first):] if n != "tlb_miss"]
     if l2_bytes is not None:
         inside = [s for s in segments if s.footprint_lo <= l2_bytes]
         outside = [s for s in segments if s.footprint_lo > l2_bytes]
         pools = [([n for n in names if n in ("l1", "l2_near", "l2_far")], inside),
-                 (["hbm", "tlb_miss"], outside)]
+                 (["hbm"], outside)]
     else:
         pool = list(names)
-        for drop in ("tlb_miss", "l2_far", "l2_near"):
+        for drop in ("l2_far", "l2_near"):
             if len(pool) > len(segments) and drop in pool:
                 pool.remove(drop)
         pools = [(pool, segments)]
@@ -232,12 +237,14 @@ def name_tiers(segments: list[Segment], first: str = "l1", l2_bytes: int | None 
                 base = pool[-1] if pool else "tier"
                 s.name = f"{base}_{k - len(pool) + 2}"
             s.label = TIER_LABELS.get(s.name, s.name.replace("_", " "))
+            if s.name.startswith("hbm_"):
+                s.label = BEYOND_HBM_LABEL.format(n=s.name.split("_")[-1])
     return segments
 
 
 def detect_tiers(footprints: Sequence[int], latencies, first: str = "l1", l2_bytes: int | None = None,
                  min_ratio: float = 1.12, **kwargs) -> list[Segment]:
-    """Named tiers (L1, L2 near, L2 far, HBM, TLB miss) of a latency ladder.
+    """Named tiers (L1, L2 near, L2 far, HBM, HBM plateaus beyond it) of a latency ladder.
 
     `latencies`: per-footprint medians, or per-footprint sample arrays. Returns segments with
     `name`, `label`, `start`/`stop` (row indices, stop exclusive), footprint range and level.

@@ -44,7 +44,7 @@ def test_dry_run_lists_each_step_with_a_budget_under_six_minutes(tmp_path):
     steps, text = _dry_run(env)
     names = [s["name"] for s in steps]
     assert names == ["gpu-state", "install", "devices", "pm-sets", "gpu-tests", "quick-suite", "figures",
-                     "state-after", "pack"]
+                     "ncu-check", "state-after", "pack"]
     assert all(s["budget"] > 0 and s["command"] for s in steps)
     total = sum(s["budget"] for s in steps)
     assert total < 360 and f"total budget: {total} s (limit 360 s)" in text
@@ -73,11 +73,17 @@ def test_dry_run_lists_each_step_with_a_budget_under_six_minutes(tmp_path):
 
 
 def test_no_step_changes_clocks_or_card_settings():
-    """Issue 10 item 1: no `--clocks max|base|tdp`, no `--clocks lock`, no nvidia-smi setter."""
+    """Issue 10 item 1: no `--clocks max|base|tdp`, no `--clocks lock`, no nvidia-smi setter;
+    issue 20.5: every ncu call says `--clock-control none` (ncu's default locks clocks to base)."""
     steps, _ = _dry_run()
+    ncu_calls = 0
     for s in steps:
         assert not re.search(r"--clocks[ =](max|base|tdp|lock)", s["command"]), s
         assert not SMI_SETTERS.search(s["command"]), s
+        for call in re.findall(r"(?<![\w-])ncu\s+--[^\n]*", s["command"]):  # ncu run with options
+            ncu_calls += 1
+            assert "--clock-control none" in call, call
+    assert ncu_calls == 1  # the optional saturator cross-check
     assert SMI_SETTERS.search("nvidia-smi -i 0 -lgc 1980") and SMI_SETTERS.search("nvidia-smi -pm 1")  # the check bites
 
 
@@ -107,12 +113,12 @@ def test_without_nvidia_smi_it_stops_at_the_first_step_with_one_clear_line(tmp_p
     proc = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode != 0
     stop = [line for line in proc.stdout.splitlines() if "STOPPED" in line]
-    assert stop == ["device check: STOPPED at step 1/9 gpu-state (hard failure, exit status 127 after 0 s): "
+    assert stop == ["device check: STOPPED at step 1/10 gpu-state (hard failure, exit status 127 after 0 s): "
                     "nvidia-smi not found on PATH: no NVIDIA driver on this node (or PATH lacks it); "
                     "nothing can be checked"] or (len(stop) == 1 and "nvidia-smi not found on PATH" in stop[0]
-                                                  and "step 1/9 gpu-state (hard failure" in stop[0])
-    assert "step 2/9 install: not run (stopped at step 1 gpu-state)" in proc.stdout
-    assert "step 9/9 pack" in proc.stdout and "no run directory to pack" in proc.stdout
+                                                  and "step 1/10 gpu-state (hard failure" in stop[0])
+    assert "step 2/10 install: not run (stopped at step 1 gpu-state)" in proc.stdout
+    assert "step 10/10 pack" in proc.stdout and "no run directory to pack" in proc.stdout
     files = _files(out)
     assert 1 <= len(files) <= 8 and all(len(f.parts) == 1 for f in files), files
     assert (out / "summary.txt").read_text().count("STOPPED") == 1
@@ -133,9 +139,14 @@ def test_it_only_queries_nvidia_smi_and_stops_where_cupy_is_missing(tmp_path):
     assert proc.returncode != 0, proc.stdout
     assert "step 1 gpu-state: ok" in proc.stdout and "NVIDIA H200" in (out / "gpu-state.txt").read_text()
     stop = [line for line in proc.stdout.splitlines() if "STOPPED" in line]
-    assert len(stop) == 1 and "step 2/9 install (hard failure" in stop[0], proc.stdout
+    assert len(stop) == 1 and "step 2/10 install (hard failure" in stop[0], proc.stdout
     calls = log.read_text().splitlines()
-    assert calls and all(c.startswith("--query-gpu=") for c in calls), calls
+    assert calls and all(c.startswith(("--query-gpu=", "--query-compute-apps=")) for c in calls), calls
+    # issue 20.4: the GPU's other processes, read before the check (and after it: state-after)
+    assert "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv" in calls
+    state = (out / "gpu-state.txt").read_text()
+    assert "# compute processes before the check" in state and "# compute processes after the check" in state
+    assert calls.count("--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv") == 2
     assert not any(SMI_SETTERS.search("nvidia-smi " + c) for c in calls)
     files = _files(out)
     assert len(files) <= 8 and all(len(f.parts) == 1 for f in files), files
@@ -176,3 +187,39 @@ def test_gpu_tests_that_change_clocks_skip_unless_allowed(allowed):
                            "tests/test_pmu_gpu.py"], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert "1 skipped" in proc.stdout, proc.stdout
     assert ("SITSPROF_ALLOW_CLOCK_CHANGES=1" in proc.stdout) is (not allowed), proc.stdout
+
+
+def test_a_clean_copy_of_the_tree_plans_under_six_minutes_and_runs_until_cupy(tmp_path):
+    """Issue 20.5: the device tool sends a copy of the tracked tree (no .venv, no .whl, no
+    caches). From such a copy the dry run lists every step within 360 s of budgets and makes
+    nothing; the real script, with a (fake, query-only) nvidia-smi, runs from the copy, writes
+    only into its own $OUT and scratch, and stops at the install step (no CuPy here) in one line,
+    well inside its budget."""
+    import time
+
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    copy = tmp_path / "tree"
+    for rel in filter(None, files.decode().split("\0")):
+        src = ROOT / rel
+        if src.is_file():
+            (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, copy / rel)
+    script = copy / "probes" / "device_check.sh"
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "DEVICE_CHECK_WORK")}
+    proc = subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    total = int(re.search(r"total budget: (\d+) s \(limit 360 s\)", proc.stdout)[1])
+    assert total < 360 and len(re.findall(r"^step \d+/10 ", proc.stdout, re.M)) == 10
+    assert not (copy / "device-out").exists() and not (copy / ".device-check").exists()
+    smi = "#!/bin/bash\necho 'index, name, persistence_mode'\necho '0, NVIDIA H200, Enabled'\n"
+    env = {"PATH": _fake_path(tmp_path, smi), "HOME": str(tmp_path), "PYTHON": sys.executable}
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120, env=env)
+    took = time.monotonic() - t0
+    assert proc.returncode != 0
+    stop = [line for line in proc.stdout.splitlines() if "STOPPED" in line]
+    assert len(stop) == 1 and "step 2/10 install (hard failure" in stop[0], proc.stdout
+    assert "step 10/10 pack" in proc.stdout and took < 10 + 40 + 10 + 10 + 4 * 10
+    made = sorted(p.name for p in copy.iterdir() if p.name not in {p.split("/")[0] for p in
+                                                                  files.decode().split("\0") if p})
+    assert made == [".device-check", "device-out"], made

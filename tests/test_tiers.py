@@ -86,10 +86,43 @@ def test_names_by_order_without_l2_size_and_for_l1_bypassing_chase():
     assert names == ["l2_near", "l2_far", "hbm"]
 
 
-def test_a_tlb_plateau_beyond_hbm_is_named():
+def test_a_second_plateau_beyond_hbm_is_not_called_a_tlb_miss_by_the_ladder_alone():
+    """Issue 20.4: the ladder names what it sees (a second HBM plateau), not its cause."""
     fps, med = ladder(4, top=16 * GiB)
     med = np.where(fps > 4 * GiB, 900.0, med)
-    assert [t.name for t in detect_tiers(fps, med, l2_bytes=L2)][-2:] == ["hbm", "tlb_miss"]
+    tiers = detect_tiers(fps, med, l2_bytes=L2)
+    assert [t.name for t in tiers][-2:] == ["hbm", "hbm_2"]
+    assert "TLB" not in tiers[-1].label.replace("TLB sweep", "") and "cause not shown" in tiers[-1].label
+
+
+@pytest.mark.parametrize("step_at, named", [(6 * GiB, "tlb_miss"), (8 * GiB, "tlb_miss"), (32 * GiB, "hbm_2"),
+                                            (None, "hbm_2")])
+def test_the_plateau_is_a_tlb_miss_only_where_the_tlb_sweep_steps_at_that_page_count(step_at, named):
+    """Issue 20.4: `tlb_miss` only when the TLB sweep (one link per 2 MiB page) steps within a
+    factor 2 of the footprint (= page count) where the ladder's second HBM plateau starts; a step
+    elsewhere, or no sweep, leaves `hbm_2` and a note that says why."""
+    from sitsprof.reports.analysis import Distribution, RunAnalysis, Tier, name_tiers_by_tlb
+
+    fps, med = ladder(4, top=16 * GiB)
+    med = np.where(fps > 4 * GiB, 900.0, med)
+    segs = detect_tiers(fps, med, l2_bytes=L2)
+    dist = Distribution.of(np.array([1.0, 2.0]), presorted=True)
+    res = RunAnalysis("r", "r", {}, True, "complete", True, 1980.0,
+                      tiers=[Tier(s.name, s.label, s.footprint_lo, s.footprint_hi, dist) for s in segs])
+    if step_at is not None:
+        res.tlb_steps = [{"stride_bytes": 2 * MiB, "step_at_bytes": step_at, "reach_bytes": step_at // 2}]
+    name_tiers_by_tlb(res)
+    last = res.tiers[-1]
+    assert 4 * GiB < last.footprint_lo <= 6 * GiB
+    assert last.name == named
+    if named == "tlb_miss":
+        assert last.label == f"HBM + TLB miss (TLB sweep step at {step_at} bytes, stride {2 * MiB})"
+        assert not res.notes
+    else:
+        assert res.notes == [f"ladder plateau hbm_2 from {last.footprint_lo} bytes: "
+                             + ("no TLB sweep in the run" if step_at is None
+                                else "no TLB sweep step within a factor 2 of that footprint")
+                             + ", so it is not called a TLB miss"]
 
 
 def test_flat_data_is_one_tier_and_levels_do_not_depend_on_units():
