@@ -21,6 +21,7 @@ from .console import (
 )
 from .options import DURATION, calibration_option
 from .sits import claims_cmd, serve_metrics
+from .validate import validate_cmd
 
 FORMAT_CHOICES = ["mooncake", "bailian", "oracle", "csv", "requests"]
 DEFAULT_CAPACITIES = "1%,10%,50%"
@@ -552,7 +553,7 @@ def _routed_replay(trace_path, fmt, skip_bad_lines, as_json, instances, routing,
 
 policy_group = click.Group(
     "policy", commands=[simulate_cmd, mrc_cmd, list_cmd, generate_cmd, serve_metrics, claims_cmd,
-              replay_cmd],
+              replay_cmd, validate_cmd],
     help="Replay KV-cache block traces through replacement policies (LRU, ARC, LIRS, ...).",
 )
 

@@ -5,6 +5,8 @@ Wiring only: the workload is `sitsprof.policies.serving.workload`, the silicon t
 """
 from __future__ import annotations
 
+import click
+
 from .console import load_trace
 
 
@@ -34,3 +36,73 @@ def closed_loop_source(trace_path, fmt, skip_bad_lines, concurrency, isl, osl, r
     if requests is not None:
         raise ServingReplayError("--requests sizes the synthetic workload; a TRACE's requests are all replayed")
     return trace, workload.closed_loop(rb, concurrency), trace_path, fmt
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:+.0f}%"
+
+
+def validate_table(doc: dict):
+    from rich.table import Table
+
+    s = doc["summary"]
+    table = Table(title=f"policy validate: {s['matched']} of {s['rows']} silicon rows replayed "
+                        f"(calibration {doc['calibration']})")
+    for name in ("model", "system", "tp", "prec", "isl/osl", "conc", "TTFT ms", "replay", "err", "AIC", "err",
+                 "TPOT ms", "replay", "err", "AIC", "err"):
+        table.add_column(name, justify="left" if name in ("model", "system", "prec") else "right")
+    for r in doc["rows"]:
+        if "reason" in r:
+            continue
+        table.add_row(r["model"], r["system"], str(r["tp"]), r["precision"] or "-", f"{r['isl']}/{r['osl']}",
+                      str(r["concurrency"]), _ms(r["measured_ttft_ms"]), _ms(r["predicted_ttft_ms"]),
+                      _pct(r["ttft_error"]), _ms(r["aic_ttft_ms"]), _pct(r["aic_ttft_error"]),
+                      _ms(r["measured_tpot_ms"]), _ms(r["predicted_tpot_ms"]), _pct(r["tpot_error"]),
+                      _ms(r["aic_tpot_ms"]), _pct(r["aic_tpot_error"]))
+
+    def m(v):
+        return "-" if v is None else f"{100 * v:.1f}%"
+
+    table.caption = (f"median |error| TTFT {m(s['median_abs_ttft_error'])}, TPOT {m(s['median_abs_tpot_error'])} "
+                     f"over {s['matched']} rows; worst ratio {s['worst_ratio'] or 0:.2f}x. "
+                     f"On the {s['both_rows']} rows "
+                     f"AIConfigurator also estimates: replay TTFT {m(s['median_abs_ttft_error_both'])}, TPOT "
+                     f"{m(s['median_abs_tpot_error_both'])}; AIConfigurator TTFT {m(s['aic_median_abs_ttft_error'])}, "
+                     f"TPOT {m(s['aic_median_abs_tpot_error'])}")
+    return table
+
+
+@click.command("validate")
+@click.option("--silicon", "silicon_path", default=None, metavar="FILE",
+              help="The silicon table (aiconfigurator-core's systems/silicon_sample.csv; default: the installed "
+                   "aiconfigurator-core's, the aiconfigurator extra).")
+@click.option("--calibration", default=None,
+              help="Calibration JSON for the step model (default: the shipped hopper-published reference).")
+@click.option("--aic", "aic_path", default=None, metavar="FILE",
+              help="AIConfigurator's estimates by row id (default: the shipped policies/data/aic_estimates.csv, "
+                   "made by bench/aic_estimates.py).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the step model's sampled re-fetch delays.")
+@click.option("--json", "as_json", is_flag=True, help="Print {'rows': [...], 'summary': {...}}.")
+def validate_cmd(silicon_path, calibration, aic_path, seed, as_json) -> None:
+    """Replay every vLLM aggregated H100/H200 run of NVIDIA's silicon table as it ran (a closed loop of
+    its concurrency, its ISL/OSL, model, precision, TP and system) and compare TTFT and TPOT with the
+    measured ones and with AIConfigurator's estimates; rows that cannot be replayed are listed with why."""
+    from sitsprof.policies.serving.silicon import read_silicon
+    from sitsprof.policies.serving.validate import selected, validate
+
+    from .console import emit_json, stdout_console
+
+    doc = validate(selected(read_silicon(silicon_path)), calibration=calibration, aic_path=aic_path, seed=seed)
+    if as_json:
+        emit_json(doc)
+        return
+    console = stdout_console()
+    console.print(validate_table(doc))
+    for r in doc["rows"]:
+        if "reason" in r:
+            click.echo(f"not replayed: {r['model']} {r['system']} tp{r['tp']} {r['isl']}/{r['osl']} "
+                       f"c{r['concurrency']}: {r['reason']}")

@@ -1,0 +1,265 @@
+"""`sitsprof policy validate`: replay each measured serving run of NVIDIA's silicon table as it ran.
+
+For every vLLM aggregated row on an H100 SXM or H200 SXM (silicon.py) the replay serves the
+row's benchmark: a closed loop (workload.py) of ``concurrency`` clients sending ISL random,
+unshared tokens and waiting for OSL output tokens, on ``tp`` GPUs of the row's system, with
+the row's model config at the row's precision, under vLLM V1's scheduler defaults for an
+80 GB-class GPU. The predicted TTFT and TPOT are the replay's means over every request (the
+benchmark clients' mean); the measured ones are the CSV's figures, unchanged.
+
+What "as it ran" takes, and where each figure comes from:
+
+* **The model**: the row's ``model_path`` config.json (policies/cost/models.py `from_hf_config`),
+  from the copies shipped in policies/data/model_configs (taken from aiconfigurator-core
+  0.12.0's model_configs, NOTICE), else the installed aiconfigurator-core's own; two model
+  paths of the table read the config of the same architecture under another name
+  (`CONFIG_ALIASES`). Precision ``fp8`` prices weights at 1 byte (vLLM's fp8 keeps the
+  embeddings, LM head and norms at 16 bits); an empty precision is the config's dtype; KV is
+  vLLM's ``kv_cache_dtype=auto`` (the model's 16-bit dtype).
+* **The system** (`SYSTEMS`): HBM capacity and datasheet bandwidth of the H100 SXM and H200
+  SXM (NVIDIA datasheets). The calibration (its figures, its loaded-latency curve) is taken as
+  measured on its own device and its bandwidths are scaled to the row's system by the
+  datasheet ratio (`system_calibration`): the GPU half's measurements enter as shapes and
+  fractions, the system sets the scale.
+* **The KV pool**: vLLM's ``gpu_memory_utilization`` 0.9 of the GPU's memory, less the
+  weights held per GPU and an activation/graph reserve (`ACTIVATION_RESERVE_BYTES`, an
+  assumption), over the KV bytes a token holds per GPU, in 16-token blocks.
+* **The scheduler**: ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024, vLLM V1's
+  defaults for the OpenAI server on GPUs of 70 GiB or more (vllm/engine/arg_utils.py,
+  ``_set_default_args``), chunked prefill on, no prefix reuse (the prompts are random).
+
+A row that cannot be replayed (another backend, disaggregated, a system without figures,
+attention data parallelism, a config the model reader refuses, weights larger than the
+memory) is listed with its reason.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import SiliconTableError, UnknownModelError
+from .silicon import SiliconRow
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+CONFIG_DIR = DATA / "model_configs"
+AIC_ESTIMATES = DATA / "aic_estimates.csv"
+#: model paths of the table whose config the wheel ships under another name (same architecture)
+CONFIG_ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+                  "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B"}
+BLOCK_TOKENS = 16
+MAX_NUM_BATCHED_TOKENS = 8192
+MAX_NUM_SEQS = 1024
+GPU_MEMORY_UTILIZATION = 0.9
+#: activation peak, CUDA graphs and the non-torch allocations vLLM's profile run subtracts before
+#: sizing the KV pool: an assumption of the order vLLM logs for 8192-token batches
+ACTIVATION_RESERVE_BYTES = 4 * 2**30
+#: the shipped hopper-published calibration's device: a GH200 with HBM3, 4.0 TB/s (NVIDIA GH200
+#: datasheet); its measured 3614.6 GB/s is 90% of that, the share kept on every system
+REFERENCE_HBM_SPEC_GBS = 4000.0
+#: requests per client replayed (workload.DEFAULT_ROUNDS)
+ROUNDS = 4
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    memory_bytes: int  # what the driver reports (nvidia-smi), the 0.9 of vLLM is taken of this
+    hbm_spec_gbs: float
+    source: str
+
+
+SYSTEMS = {
+    "h100_sxm": System("h100_sxm", 81559 * 2**20, 3350.0,
+                       "NVIDIA H100 Tensor Core GPU datasheet (SXM5 80 GB HBM3, 3.35 TB/s)"),
+    "h200_sxm": System("h200_sxm", 143771 * 2**20, 4800.0,
+                       "NVIDIA H200 Tensor Core GPU datasheet (SXM 141 GB HBM3e, 4.8 TB/s)"),
+}
+PRECISIONS = {"fp8": "fp8", "": None, "bf16": "bf16", "fp16": "fp16"}
+
+
+def config_path(model: str) -> Path | None:
+    """The config.json of the table's `model` path: shipped copy, else the installed aiconfigurator-core's."""
+    name = CONFIG_ALIASES.get(model, model).replace("/", "--") + "_config.json"
+    if (CONFIG_DIR / name).is_file():
+        return CONFIG_DIR / name
+    import importlib.util
+
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is not None and spec.submodule_search_locations:
+        p = Path(next(iter(spec.submodule_search_locations))) / "model_configs" / name
+        if p.is_file():
+            return p
+    return None
+
+
+def read_aic(path=None) -> dict[str, tuple[float | None, float | None, str]]:
+    """AIConfigurator's estimates by row id (bench/aic_estimates.py's output): (ttft, tpot, note)."""
+    p = Path(path) if path is not None else AIC_ESTIMATES
+    if not p.is_file():
+        return {}
+    out = {}
+    with p.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            out[r["id"]] = (_num(r["aic_ttft_ms"]), _num(r["aic_tpot_ms"]), r.get("aic_note", ""))
+    return out
+
+
+def _num(text: str) -> float | None:
+    return float(text) if text else None
+
+
+def system_calibration(cal: dict, system: System) -> dict:
+    """`cal` with its HBM bandwidths (and its loaded-latency curves' peaks) scaled to `system`
+    by the datasheet ratio, and the system's memory (module docstring)."""
+    k = system.hbm_spec_gbs / REFERENCE_HBM_SPEC_GBS
+    c = copy.deepcopy(cal)
+    for key in ("hbm_read_gbs", "hbm_write_gbs"):
+        if key in c["bandwidth"]:
+            c["bandwidth"][key] *= k
+    for curve in c.get("loaded_latency", []):
+        if curve.get("tier") == "hbm" and "peak_gbs" in curve:
+            curve["peak_gbs"] *= k
+    c["device"]["memory_bytes"] = system.memory_bytes
+    c["name"] = f"{cal.get('name', 'calibration')} scaled to {system.name}"
+    return c
+
+
+def unmodellable(row: SiliconRow) -> str | None:
+    """Why `row` cannot be replayed, or None."""
+    if row.backend != "vllm":
+        return f"backend {row.backend}: only vLLM's scheduler is replayed here"
+    if row.mode != "agg":
+        return f"mode {row.mode}: disaggregated prefill/decode is not replayed"
+    if row.system not in SYSTEMS:
+        return f"system {row.system}: no figures (h100_sxm, h200_sxm)"
+    if row.int_field("pp_size") > 1:
+        return "pipeline parallelism is not modelled"
+    if row.int_field("attention_dp_size") > 1:
+        return "attention data parallelism is not modelled"
+    if row.precision not in PRECISIONS:
+        return f"precision {row.precision}: weights at this width are not modelled (fp8, bf16)"
+    if row.concurrency < 1:
+        return "the row gives no concurrency"
+    return None
+
+
+def row_model(row: SiliconRow):
+    """The ModelPreset of `row` (its config at its precision and TP), or a reason string."""
+    from ..cost.models import from_hf_config
+
+    path = config_path(row.model)
+    if path is None:
+        return f"no config.json for {row.model} (install the aiconfigurator extra)"
+    try:
+        return from_hf_config(path, dtype=PRECISIONS[row.precision], tp=row.tp, name=row.model)
+    except UnknownModelError as exc:
+        return str(exc).replace(f"--model {path}: ", "")
+
+
+def pool_blocks(spec, system: System) -> int:
+    """KV blocks of the pool per replica (module docstring); <= 0 when the weights do not fit."""
+    free = GPU_MEMORY_UTILIZATION * system.memory_bytes - spec.weight_bytes_per_gpu - ACTIVATION_RESERVE_BYTES
+    return int(free // (spec.kv_bytes_per_token_per_gpu * BLOCK_TOKENS))
+
+
+def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed: int = 0) -> dict:
+    """One validation row: the silicon row's fields, measured and predicted TTFT/TPOT, the
+    step terms' shares, AIConfigurator's estimate; `reason` set (and no prediction) when unmodellable."""
+    from .scheduler import DONE, run_replay
+    from .workload import synthetic
+
+    out = {"id": row.id, "backend": row.backend, "backend_version": row.backend_version, "system": row.system,
+           "model": row.model, "isl": row.isl, "osl": row.osl, "concurrency": row.concurrency, "tp": row.tp,
+           "precision": row.precision, "measured_ttft_ms": row.measured_ttft_ms,
+           "measured_tpot_ms": row.measured_tpot_ms}
+    a = (aic or {}).get(row.id)
+    out["aic_ttft_ms"], out["aic_tpot_ms"] = (a[0], a[1]) if a else (None, None)
+    why = unmodellable(row)
+    spec = None
+    if why is None:
+        spec = row_model(row)
+        if isinstance(spec, str):
+            why, spec = spec, None
+    system = SYSTEMS.get(row.system)
+    if why is None:
+        blocks = pool_blocks(spec, system)
+        need = -(-(row.isl + row.osl - 1) // BLOCK_TOKENS)
+        if blocks < need:
+            why = (f"the weights ({spec.weight_bytes_per_gpu / 1e9:.0f} GB a GPU) leave no KV pool for one request on "
+                   f"{row.tp} x {row.system}")
+    if why is not None:
+        out["reason"] = why
+        return out
+    trace, rb = synthetic(row.concurrency, row.isl, row.osl, ROUNDS * row.concurrency, BLOCK_TOKENS)
+    res = run_replay(trace, "lru", blocks, reblocked=rb, block_tokens=BLOCK_TOKENS,
+                     max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS,
+                     calibration=system_calibration(calibration, system), model=spec, seed=seed)
+    done = res.status == DONE
+    ttft = (res.t_first - res.arrival)[done]
+    outs = res.output_tokens[done]
+    tpot = ((res.t_done - res.t_first)[done] / np.maximum(outs - 1, 1))[outs > 1]
+    total = float(res.terms.sum())
+    out.update({
+        "predicted_ttft_ms": float(ttft.mean()) * 1e3 if len(ttft) else None,
+        "predicted_tpot_ms": float(tpot.mean()) * 1e3 if len(tpot) else None,
+        "kv_pool_blocks": int(blocks), "preemptions": int(res.summary()["preemptions"]),
+        "term_share": {k: (float(v) / total if total > 0 else 0.0)
+                       for k, v in zip(("compute", "memory", "refetch", "overhead"), res.terms)},
+        "latency_model": res.latency_model,
+    })
+    for k in ("ttft", "tpot"):
+        m, p, x = out[f"measured_{k}_ms"], out[f"predicted_{k}_ms"], out[f"aic_{k}_ms"]
+        out[f"{k}_error"] = (p / m - 1.0) if p is not None and m > 0 else None
+        out[f"aic_{k}_error"] = (x / m - 1.0) if x is not None and m > 0 else None
+    return out
+
+
+def selected(rows: list[SiliconRow], backend: str = "vllm", systems=("h100_sxm", "h200_sxm"),
+             mode: str = "agg") -> list[SiliconRow]:
+    """The rows `policy validate` reports on (by default vLLM aggregated on H100/H200)."""
+    return [r for r in rows if r.backend == backend and r.system in systems and r.mode == mode]
+
+
+def medians(rows: list[dict]) -> dict:
+    """Median |error| of the replay and of AIConfigurator on the rows both predicted, the
+    replay's own over every row it predicted, its worst ratio, and counts."""
+    def med(key, subset):
+        v = [abs(r[key]) for r in subset if r.get(key) is not None]
+        return float(np.median(v)) if v else None
+
+    pred = [r for r in rows if r.get("predicted_tpot_ms") is not None]
+    both = [r for r in pred if r.get("aic_tpot_ms") is not None]
+    worst = 1.0
+    for r in pred:
+        for k in ("ttft", "tpot"):
+            m, p = r[f"measured_{k}_ms"], r[f"predicted_{k}_ms"]
+            if p and m:
+                worst = max(worst, p / m, m / p)
+    return {"rows": len(rows), "matched": len(pred), "unmodellable": len(rows) - len(pred),
+            "median_abs_ttft_error": med("ttft_error", pred), "median_abs_tpot_error": med("tpot_error", pred),
+            "worst_ratio": worst if pred else None, "both_rows": len(both),
+            "median_abs_ttft_error_both": med("ttft_error", both),
+            "median_abs_tpot_error_both": med("tpot_error", both),
+            "aic_median_abs_ttft_error": med("aic_ttft_error", both),
+            "aic_median_abs_tpot_error": med("aic_tpot_error", both)}
+
+
+def validate(rows: list[SiliconRow], calibration=None, aic_path=None, seed: int = 0, progress=None) -> dict:
+    """The validation document: {"rows": [...], "summary": medians, "calibration": name}."""
+    from sitsprof.calibration import load_calibration
+
+    cal = load_calibration(calibration) if not isinstance(calibration, dict) else calibration
+    if not rows:
+        raise SiliconTableError("no rows to validate (the table has no vLLM aggregated H100/H200 row)")
+    aic = read_aic(aic_path)
+    out = []
+    for i, r in enumerate(rows):
+        out.append(replay_row(r, cal, aic, seed))
+        if progress is not None:
+            progress(i + 1, len(rows))
+    return {"calibration": cal.get("name"), "rows": out, "summary": medians(out)}
+
