@@ -53,6 +53,12 @@ try:
     out, rc = pm_sampling_sets(0), 0
 except Exception as exc:  # noqa: BLE001 - reported, the check goes on
     out, rc = {"unavailable": f"{type(exc).__name__}: {exc}"}, 1
+try:  # where CUPTI's nvperf libraries were loaded from (pmu/nvperf.py), or where it looked
+    from sitsprof.pmu.nvperf import ensure_nvperf
+    out["nvperf"] = ensure_nvperf().reason()
+except Exception as exc:  # noqa: BLE001
+    out["nvperf"] = f"{type(exc).__name__}: {exc}"
+print(out["nvperf"])
 with open(sys.argv[1], "w") as f:
     json.dump(out, f, indent=1)
 sets = out.get("sets")
