@@ -53,6 +53,12 @@ try:
     out, rc = pm_sampling_sets(0), 0
 except Exception as exc:  # noqa: BLE001 - reported, the check goes on
     out, rc = {"unavailable": f"{type(exc).__name__}: {exc}"}, 1
+try:  # where CUPTI's nvperf libraries were loaded from (pmu/nvperf.py), or where it looked
+    from sitsprof.pmu.nvperf import ensure_nvperf
+    out["nvperf"] = ensure_nvperf().reason()
+except Exception as exc:  # noqa: BLE001
+    out["nvperf"] = f"{type(exc).__name__}: {exc}"
+print(out["nvperf"])
 with open(sys.argv[1], "w") as f:
     json.dump(out, f, indent=1)
 sets = out.get("sets")
@@ -69,11 +75,11 @@ step gpu-state 10 hard 'command -v nvidia-smi >/dev/null || { echo "nvidia-smi n
 { echo "# compute processes before the check"; nvidia-smi --query-compute-apps="$SMI_APPS" --format=csv || echo "(nvidia-smi could not list them)"; } | tee -a "$OUT/gpu-state.txt"
 nvidia-smi --query-gpu="$SMI_SETTINGS" --format=csv,noheader > "$WORK/settings-before.csv"'
 
-step install 40 hard '[ -x "$VPY" ] || { "$PY" -m venv --without-pip --system-site-packages "$WORK/venv" && "$VPY" -m pip --version >/dev/null 2>&1; } || { rm -rf "$WORK/venv"; "$PY" -m venv --system-site-packages "$WORK/venv"; } || { echo "$PY cannot make a venv (python3-venv missing?): set PYTHON to one that can"; exit 1; }
+step install 45 hard '[ -x "$VPY" ] || { "$PY" -m venv --without-pip --system-site-packages "$WORK/venv" && "$VPY" -m pip --version >/dev/null 2>&1; } || { rm -rf "$WORK/venv"; "$PY" -m venv --system-site-packages "$WORK/venv"; } || { echo "$PY cannot make a venv (python3-venv missing?): set PYTHON to one that can"; exit 1; }
 mkdir -p "$WORK/src/sitsprof" && for d in common calibration pmu probes collectors reports policies cli; do ln -sfn "$ROOT/$d" "$WORK/src/sitsprof/$d"; done
 "$VPY" -c "import sysconfig; print(sysconfig.get_paths()[\"purelib\"])" | { read -r site; echo "$WORK/src" > "$site/sitsprof-source.pth"; }
 "$VPY" -m pip install -q --no-index --find-links "$ROOT/.whl" "numpy>=1.24" "pandas>=2.0" "pyarrow>=14" "click>=8.1" "rich>=13" nvidia-ml-py || { echo "measuring needs numpy, pandas, pyarrow, click, rich and nvidia-ml-py: one is neither installed nor in .whl/ (docs/device-check.md)"; exit 1; }
-for p in "numba>=0.59" "jinja2>=3.1" "plotly>=5.18" "prometheus-client>=0.19" pytest; do "$VPY" -m pip install -q --no-index --find-links "$ROOT/.whl" "$p" >/dev/null 2>&1 || echo "optional $p: neither installed nor in .whl/ (not needed to measure)"; done
+for p in $("$VPY" -c "import importlib.util as u; print(*(p for m, p in ((\"numba\", \"numba>=0.59\"), (\"jinja2\", \"jinja2>=3.1\"), (\"plotly\", \"plotly>=5.18\"), (\"prometheus_client\", \"prometheus-client>=0.19\"), (\"pytest\", \"pytest\")) if u.find_spec(m) is None))"); do "$VPY" -m pip install -q --no-index --find-links "$ROOT/.whl" "$p" >/dev/null 2>&1 || echo "optional $p: neither installed nor in .whl/ (not needed to measure)"; done
 "$VPY" -m pip install -q --no-index --find-links "$ROOT/.whl" "cupti-python>=13.3" "nvidia-cuda-cupti==13.4.*" pyelftools || echo "cupti-python / nvidia-cuda-cupti 13.4 / pyelftools not in .whl/: the CUPTI checks will skip"
 "$VPY" -c "import sitsprof.cli.main, pynvml, cupy; print(\"sitsprof from\", sitsprof.cli.main.__file__, \"- CuPy\", cupy.__version__)"'
 
@@ -81,7 +87,7 @@ step devices 15 hard '"$VPY" -m sitsprof.cli.main devices --json --counters > "$
 
 step pm-sets 15 soft '"$VPY" -c "$PM_SETS_PY" "$OUT/pm-sets.json"'
 
-step gpu-tests 65 soft 'env -u SITSPROF_ALLOW_CLOCK_CHANGES "$VPY" -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_pmu_gpu.py tests/test_probes_gpu.py -k "not quick_suite" 2>&1 | tee "$OUT/gpu-tests.log" || exit 1
+step gpu-tests 60 soft 'env -u SITSPROF_ALLOW_CLOCK_CHANGES "$VPY" -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_pmu_gpu.py tests/test_probes_gpu.py -k "not quick_suite" 2>&1 | tee "$OUT/gpu-tests.log" || exit 1
 grep -Eq "[0-9]+ passed" "$OUT/gpu-tests.log" || { echo "no GPU test passed (all skipped: is the GPU visible?)"; exit 1; }'
 
 step quick-suite 150 hard 'rm -rf "$WORK/runs/$RUN_NAME"; start=$(date +%s)

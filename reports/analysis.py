@@ -293,11 +293,17 @@ def _tlb(res: RunAnalysis, frame) -> None:
     res.tlb = pd.DataFrame(rows)
 
 
+#: The page the ladder's 128 B links fall on (CUDA's large allocations are mapped in 2 MiB pages):
+#: a ladder footprint F touches F / LADDER_PAGE_BYTES pages.
+LADDER_PAGE_BYTES = 2 << 20
+
+
 def name_tiers_by_tlb(res: RunAnalysis, within: float = 2.0) -> None:
     """Name a ladder plateau beyond HBM (`hbm_<n>`) `tlb_miss` only where the TLB sweep shows a
-    step at that footprint, i.e. at that page count (both chases touch every page of their
-    footprint): a step whose first stepped footprint is within a factor `within` of where the
-    plateau starts. Without such a step the plateau keeps its `hbm_<n>` name and a note says why."""
+    step at that page count: the ladder's plateau starts at footprint / LADDER_PAGE_BYTES pages,
+    a sweep's step at step_at_bytes / stride pages (one link per stride), and they must agree
+    within a factor `within`. Without such a step the plateau keeps its `hbm_<n>` name and a note
+    says why: a second plateau alone does not show what causes it."""
     from .tiers import TIER_LABELS
 
     for tiers in (res.tiers, res.tiers_cg):
@@ -305,18 +311,20 @@ def name_tiers_by_tlb(res: RunAnalysis, within: float = 2.0) -> None:
         for tier in tiers:
             if not tier.name.startswith("hbm_"):
                 continue
+            pages = tier.footprint_lo / LADDER_PAGE_BYTES
             steps = [s for s in res.tlb_steps
-                     if tier.footprint_lo / within <= s["step_at_bytes"] <= tier.footprint_lo * within]
+                     if pages / within <= s["step_at_bytes"] / s["stride_bytes"] <= pages * within]
             if steps and not named:
                 step = min(steps, key=lambda s: s["stride_bytes"])
                 tier.name, named = "tlb_miss", True
-                tier.label = (f"{TIER_LABELS['tlb_miss']} (TLB sweep step at {step['step_at_bytes']} bytes, "
-                              f"stride {step['stride_bytes']})")
+                tier.label = (f"{TIER_LABELS['tlb_miss']} (TLB sweep step at "
+                              f"{step['step_at_bytes'] // step['stride_bytes']} pages, stride {step['stride_bytes']})")
             elif not any(n.startswith(f"ladder plateau {tier.name}") for n in res.notes):
-                res.notes.append(f"ladder plateau {tier.name} from {tier.footprint_lo} bytes: "
-                                 + ("no TLB sweep step within a factor "
-                                    f"{within:g} of that footprint" if res.tlb_steps or res.tlb is not None
-                                    else "no TLB sweep in the run") + ", so it is not called a TLB miss")
+                res.notes.append(f"ladder plateau {tier.name} from {tier.footprint_lo} bytes "
+                                 f"({pages:.0f} pages of {LADDER_PAGE_BYTES >> 20} MiB): "
+                                 + (f"no TLB sweep step within a factor {within:g} of that page count"
+                                    if res.tlb_steps or res.tlb is not None else "no TLB sweep in the run")
+                                 + ", so it is not called a TLB miss")
 
 
 def _bandwidth(res: RunAnalysis, frame) -> None:

@@ -52,12 +52,21 @@ def wheel_site(tmp_path_factory) -> Path:
     return site
 
 
-def _run(site: Path, body: str) -> dict:
-    """Run `body` in a fresh interpreter with the stand-in cupti installed; it prints one JSON line."""
+def _run(site: Path, body: str, pathfinder: str | None = None) -> dict:
+    """Run `body` in a fresh interpreter with the stand-in cupti installed; it prints one JSON line.
+    cuda.pathfinder (how cupti-python finds libcupti) is replaced by a stub that finds libcupti
+    at `pathfinder`, or none (so an installed one does not decide what the test sees)."""
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(TESTS), env.get("PYTHONPATH", "")])
     script = textwrap.dedent(f"""
-        import json, os
+        import json, os, sys, types
+        finder = types.ModuleType("cuda.pathfinder")
+        def load_nvidia_dynamic_lib(name, where={pathfinder!r}):
+            if name != "cupti" or where is None:
+                raise RuntimeError("DynamicLibNotFoundError: " + name)
+            return types.SimpleNamespace(abs_path=where)
+        finder.load_nvidia_dynamic_lib = load_nvidia_dynamic_lib
+        sys.modules["cuda.pathfinder"] = finder
         import fake_cupti
         from sitsprof.pmu import cupti_pm
         cupti_pm.availability = lambda *a: (True, "stand-in")
@@ -100,6 +109,22 @@ def test_session_preloads_the_wheels_nvperf_and_starts(wheel_site):
     assert out["ld"] is None
     assert out["how"] == "nvidia-cuda-cupti wheel" and out["folder"] == lib
     assert out["maps"] == [f"{lib}/libnvperf_host.so", f"{lib}/libnvperf_target.so"]
+
+
+def test_the_folder_of_the_libcupti_cupti_python_loads_comes_first(wheel_site, tmp_path):
+    """cupti-python loads libcupti through cuda.pathfinder: nvperf is taken from beside that file
+    (same CUPTI release), before the wheel's RECORD is even read."""
+    other = wheel_site / "nvidia" / "cu13" / "lib"
+    out = _run(tmp_path, """
+        session = cupti_pm.PmSamplingSession(0, metrics=["dram__bytes_read.sum"])
+        session.start()
+        from sitsprof.pmu.nvperf import ensure_nvperf
+        status = ensure_nvperf()
+        session.stop(); session.close()
+        print(json.dumps({"how": status.how, "folder": status.folder, "maps": nvperf_maps()}))
+        """, pathfinder=str(other / "libcupti.so.13"))
+    assert out == {"how": "beside the loaded libcupti", "folder": str(other),
+                   "maps": [f"{other}/libnvperf_host.so", f"{other}/libnvperf_target.so"]}
 
 
 def test_pm_sampling_sets_preloads_too(wheel_site):

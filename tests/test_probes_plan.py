@@ -127,8 +127,20 @@ def test_loaded_plan_checks_the_sets_against_the_l2():
     assert copy.need_bytes - LoadedPlan(512 * MiB, 4 * MiB, 1 * GiB).need_bytes == 1 * GiB  # a destination
     with pytest.raises(PlanError, match="fractions"):
         LoadedPlan(512 * MiB, 4 * MiB, 1 * GiB, targets=[0.5, 1.5]).for_device(H200).validate(H200)
-    with pytest.raises(PlanError, match="fewer than the 1920 fresh lines"):  # 10 intervals x 6 reps x 32 lines
+    with pytest.raises(PlanError, match="fewer than the 1920 fresh lines"):  # 10 intervals x 24 reps x 8 lines
         LoadedPlan(512 * MiB, 64 * KiB, 1 * GiB).for_device(H200).validate(H200)
+
+
+def test_retouch_rounds_are_short_enough_to_see_the_top_levels_turnover():
+    """Issue 20.3: a round primes 4-8 lines (the shortest age is about that many HBM accesses,
+    ~0.3-0.8 us each: a few us, under the ~15 us an H200's 60 MiB L2 takes to turn over at
+    ~4 TB/s), with more rounds so every interval keeps as many re-touches as 6 x 32 did."""
+    plan = LoadedPlan(512 * MiB, 4 * MiB, 1 * GiB)
+    assert 4 <= plan.retouch_lines <= 8
+    assert plan.retouch_samples // len(plan.intervals_ns) >= 6 * 32
+    assert plan.retouch_lines * 0.8e-6 < 60 * MiB / 4e12  # the slowest prime still inside the turnover
+    # the whole re-touch probe of one level stays well inside the saturator's own 2 s limit
+    assert sum(plan.round_intervals) * 1e-9 + 2 * plan.retouch_samples * 0.8e-6 < 0.1 * plan.max_ns * 1e-9
 
 
 #: An H200 as cudaDeviceProp describes it (l2CacheSize 60 MiB; 228 KiB of shared memory per SM).

@@ -71,6 +71,10 @@ def test_loaded_fit_and_replacement_delay(res):
     assert sorted(res.replacement) == list(range(1, 10))
     assert lv.loc[9, "evicted_fraction"] > lv.loc[1, "evicted_fraction"] > 0
     assert lv.loc[9, "residency_ns"] < lv.loc[3, "residency_ns"] < lv.loc[1, "residency_ns"] < 1e6
+    # issue 20.3: 8 lines a round put the shortest age (~3 us) below the top level's turnover, so
+    # the top level's residency is measured ("="), not only bounded ("<")
+    assert res.residency[9]["age_ns"].iloc[0] < 5_000 and res.residency[9]["resident_fraction"].iloc[0] > 0.5
+    assert lv.loc[9, "residency_bound"] == "="
     # the delay is measured from the same-load hit median, not from an idle one
     frame = open_run(res.path).read_table("loaded")
     for level in (1, 9):

@@ -95,11 +95,13 @@ def test_a_second_plateau_beyond_hbm_is_not_called_a_tlb_miss_by_the_ladder_alon
     assert "TLB" not in tiers[-1].label.replace("TLB sweep", "") and "cause not shown" in tiers[-1].label
 
 
-@pytest.mark.parametrize("step_at, named", [(6 * GiB, "tlb_miss"), (8 * GiB, "tlb_miss"), (32 * GiB, "hbm_2"),
-                                            (None, "hbm_2")])
-def test_the_plateau_is_a_tlb_miss_only_where_the_tlb_sweep_steps_at_that_page_count(step_at, named):
-    """Issue 20.4: `tlb_miss` only when the TLB sweep (one link per 2 MiB page) steps within a
-    factor 2 of the footprint (= page count) where the ladder's second HBM plateau starts; a step
+@pytest.mark.parametrize("step_at, stride, named", [
+    (6 * GiB, 2 * MiB, "tlb_miss"), (8 * GiB, 2 * MiB, "tlb_miss"), (32 * GiB, 2 * MiB, "hbm_2"),
+    (6 * GiB, 32 * MiB, "hbm_2"),  # the same footprint at 32 MiB a link is 16x fewer pages
+    (96 * GiB, 32 * MiB, "tlb_miss"), (None, None, "hbm_2")])
+def test_the_plateau_is_a_tlb_miss_only_where_the_tlb_sweep_steps_at_that_page_count(step_at, stride, named):
+    """Issue 20.4: `tlb_miss` only when the TLB sweep (one link per stride) steps within a factor 2
+    of the page count (2 MiB pages) where the ladder's second HBM plateau starts; a step
     elsewhere, or no sweep, leaves `hbm_2` and a note that says why."""
     from sitsprof.reports.analysis import Distribution, RunAnalysis, Tier, name_tiers_by_tlb
 
@@ -110,18 +112,19 @@ def test_the_plateau_is_a_tlb_miss_only_where_the_tlb_sweep_steps_at_that_page_c
     res = RunAnalysis("r", "r", {}, True, "complete", True, 1980.0,
                       tiers=[Tier(s.name, s.label, s.footprint_lo, s.footprint_hi, dist) for s in segs])
     if step_at is not None:
-        res.tlb_steps = [{"stride_bytes": 2 * MiB, "step_at_bytes": step_at, "reach_bytes": step_at // 2}]
+        res.tlb_steps = [{"stride_bytes": stride, "step_at_bytes": step_at, "reach_bytes": step_at // 2}]
     name_tiers_by_tlb(res)
     last = res.tiers[-1]
     assert 4 * GiB < last.footprint_lo <= 6 * GiB
     assert last.name == named
     if named == "tlb_miss":
-        assert last.label == f"HBM + TLB miss (TLB sweep step at {step_at} bytes, stride {2 * MiB})"
+        assert last.label == f"HBM + TLB miss (TLB sweep step at {step_at // stride} pages, stride {stride})"
         assert not res.notes
     else:
-        assert res.notes == [f"ladder plateau hbm_2 from {last.footprint_lo} bytes: "
+        assert res.notes == [f"ladder plateau hbm_2 from {last.footprint_lo} bytes "
+                             f"({last.footprint_lo / (2 * MiB):.0f} pages of 2 MiB): "
                              + ("no TLB sweep in the run" if step_at is None
-                                else "no TLB sweep step within a factor 2 of that footprint")
+                                else "no TLB sweep step within a factor 2 of that page count")
                              + ", so it is not called a TLB miss"]
 
 
