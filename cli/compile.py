@@ -15,7 +15,8 @@ from sitsprof.common import jsonout
 @click.option("--json", "as_json", is_flag=True, help="Print what was compiled as JSON.")
 def compile_cmd(policy_text: str, jobs: int | None, as_json: bool) -> None:
     """Compile (or, when cached, load) the numba kernels the policy commands use: a first
-    `policy simulate` then starts warm. numba keeps them in one per-user cache (printed);
+    `policy simulate` and `policy replay` (the serving replay's kernels, sits's --threshold path)
+    then start warm. numba keeps them in one per-user cache (printed);
     `make demo` and `make test` run this once."""
     from sitsprof.policies.engine.compiling import FIRST_RUN_NOTE
     from sitsprof.policies.precompile import precompile
@@ -27,7 +28,8 @@ def compile_cmd(policy_text: str, jobs: int | None, as_json: bool) -> None:
     if as_json:
         click.echo(jsonout.dumps(done, indent=2))
         return
-    click.echo(f"sitsprof: {len(done['policies'])} policies ready: {done['compiles']} kernel(s) compiled in "
+    click.echo(f"sitsprof: {len(done['policies'])} policies and the serving replay ready: {done['compiles']} "
+               f"kernel(s) compiled in "
                f"{done['seconds']:.1f} s on {done['jobs']} process(es); cache {done['cache']}", err=True)
 
 

@@ -19,10 +19,20 @@ def devices(as_json: bool, show_counters: bool, device: int | None) -> None:
     """GPU facts (name, UUID, clocks, L2, memory...) plus capabilities: clock locking, GPM, CUPTI PM sampling."""
     from sitsprof.pmu.capabilities import device_entries
 
-    entries = device_entries(device)
     if as_json:
+        # A fleet script reads stdout as JSON even when there is no GPU or driver: the error as an
+        # object ({"error", "type", "devices": []}) with the same exit status as the one-line error.
+        try:
+            entries = device_entries(device)
+        except Exception as exc:  # noqa: BLE001 - only errors meant for the user (an exit_code) are turned
+            code = getattr(exc, "exit_code", None)
+            if not isinstance(code, int) or isinstance(code, bool):
+                raise
+            click.echo(jsonout.dumps({"error": str(exc), "type": type(exc).__name__, "devices": []}, indent=2))
+            raise  # main's one line on stderr and the exit status
         click.echo(jsonout.dumps(entries, indent=2))
         return
+    entries = device_entries(device)
     from rich.console import Console
     from rich.table import Table
 

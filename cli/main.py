@@ -106,8 +106,12 @@ def _main(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     _DEBUG["on"] = False
     _add_debug_everywhere(cli)
+    from sitsprof.common.signals import Terminated, terminate_raises
+
     try:
-        cli.main(args=args, prog_name="sitsprof", standalone_mode=False)
+        # SIGTERM/SIGHUP unwind like Ctrl-C (finally blocks, atexit: the stdin copy, workers), exit 128+N
+        with terminate_raises():
+            cli.main(args=args, prog_name="sitsprof", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("sitsprof: aborted", err=True)
         return 130
@@ -124,6 +128,9 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         click.echo("sitsprof: interrupted", err=True)
         return 130
+    except Terminated as exc:
+        click.echo(f"sitsprof: {exc}", err=True)
+        return int(exc.code)
     except BrokenPipeError:
         stdio.discard_buffered()
         return 0

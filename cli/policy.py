@@ -20,6 +20,7 @@ from .console import (
     stdout_console,
 )
 from .options import DURATION, calibration_option
+from .replaying import add_verdict, check_early, followed, replay_extras, show
 from .sits import claims_cmd, serve_metrics
 from .validate import validate_cmd
 
@@ -479,6 +480,7 @@ def _keep_trace_block_tokens(ctx, param, value):
 @click.option("--osl", type=int, default=None, help="--concurrency without TRACE: output tokens per request.")
 @click.option("--requests", type=int, default=None, help="--concurrency without TRACE: requests in all "
               "(default 4 per client).")
+@replay_extras
 def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, rate_scale, max_num_batched_tokens,
                max_num_seqs, calibration, model_name, seed, skip_bad_lines, fmt, as_json, window_s=None,
                threshold=False, threshold_windows=None, instances=None, routing=None, cache_threshold=0.5,
@@ -486,11 +488,13 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
                osl=None, requests=None, weight_dtype=None, kv_dtype=None, tp=None) -> None:
     """Serve TRACE's requests through a serving engine: arrivals at their timestamps, continuous batching,
     chunked prefill, the engine's prefix-cache rules, the policy ordering the evictable blocks."""
+    replays = check_early(engine, policy_text, capacity_text, rate_scale)
     from sitsprof.policies.cost.models import DEFAULT_MODEL, get_model
-    from sitsprof.policies.serving.summary import replay_document, replay_table
 
-    # the model read once, at the edge: a preset or a config.json, at its precisions and TP
+    # the model read once, at the edge (before the kernels' import): a preset or a config.json,
+    # at its precisions and TP
     model_name = get_model(model_name or DEFAULT_MODEL, dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp)
+    from sitsprof.policies.serving.summary import replay_document, replay_table
 
     rb = None
     if (concurrency, isl, osl, requests) != (None,) * 4:
@@ -511,18 +515,19 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
         return
     if rb is None:
         trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
-    doc = replay_document(trace, trace_path, fmt, engine=engine, policies=policy_text, capacities=capacity_text,
+    doc = followed(replays, replay_document, not as_json)(trace, trace_path, fmt, engine=engine,
+                                                          policies=policy_text, capacities=capacity_text,
                           block_tokens=kv_block_tokens, rate_scale=rate_scale,
                           max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                           calibration=calibration, model=model_name, seed=seed, window_s=window_s,
                           threshold=threshold or threshold_windows is not None,
                           sits={"threshold_windows": threshold_windows} if threshold_windows else None,
                           reblocked=rb)
+    add_verdict(doc)
     if as_json:
         emit_json(doc)
         return
-    console = stdout_console()
-    console.print(replay_table(doc))
+    show(doc, replay_table(doc))
     for row in doc["replay"]:
         for line in row["warnings"]:
             click.echo(f"sitsprof: warning: {row['policy']} at {row['capacity']:,}: {line}", err=True)
@@ -532,6 +537,7 @@ def _routed_replay(trace_path, fmt, skip_bad_lines, as_json, instances, routing,
                   load_window, balance_abs, balance_rel, **replay) -> None:
     """`policy replay --instances N [--routing R]`: the router's settings checked before the trace is read."""
     from sitsprof.policies.errors import ServingReplayError
+    from sitsprof.policies.serving.names import serving_names
     from sitsprof.policies.serving.routing import RouterSettings, check_routing, routed_document, routed_table
 
     if instances is None:
@@ -541,11 +547,13 @@ def _routed_replay(trace_path, fmt, skip_bad_lines, as_json, instances, routing,
                               balance_abs=balance_abs, balance_rel=balance_rel,
                               cache_threshold=cache_threshold).checked()
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
-    doc = routed_document(trace, trace_path, fmt, instances, routing, settings=settings, **replay)
+    total = len(serving_names(replay["policies"])) * len(replay["capacities"].split(",")) * instances
+    doc = add_verdict(followed(total, routed_document, not as_json)(trace, trace_path, fmt, instances, routing,
+                                                                    settings=settings, **replay))
     if as_json:
         emit_json(doc)
         return
-    stdout_console().print(routed_table(doc))
+    show(doc, routed_table(doc))
     for row in doc["routing"]["aggregate"]:
         for line in row["warnings"]:
             click.echo(f"sitsprof: warning: {row['policy']} at {row['capacity']:,}: {line}", err=True)

@@ -56,15 +56,44 @@ def _warm_trace(folder: str):
     return read_trace(str(path))
 
 
+#: The serving replay's kernels (`policy replay`), compiled as one more entry beside the policies.
+SERVING = "serving replay"
+
+
+def _warm_serving(trace) -> None:
+    """Replay the warm trace as `policy replay` does: every serving policy on vLLM's rules (one
+    scheduler kernel; sits's controller), sits's --threshold path, SGLang's radix tree, and
+    two instances behind the prefix router (issue 21: a first replay after `sitsprof compile`
+    compiled a minute in silence)."""
+    from .serving.names import SERVING_POLICIES
+    from .serving.routing import RouterSettings, routed_document
+    from .serving.summary import replay_document
+
+    cap = f"{WARM_CAPACITY * 4}"  # s3fifo needs 20 blocks or more; the 16-token pool is larger
+    replay_document(trace, "warm", "mooncake", policies=",".join(SERVING_POLICIES), capacities=cap)
+    replay_document(trace, "warm", "mooncake", policies="sits", capacities=cap, threshold=True)
+    replay_document(trace, "warm", "mooncake", engine="sglang", policies="lru", capacities=cap)
+    routed_document(trace, "warm", "mooncake", 2, "prefix", settings=RouterSettings().checked(),
+                    policies="lru", capacities=cap)
+
+
 def _compile_one(trace_folder: str, policy: str) -> tuple[str, float, int]:
-    """Replay `policy` as `policy simulate` does (costed, with the headroom line): (policy, seconds, compiles)."""
+    """Replay `policy` as `policy simulate` does (costed, with the headroom line), or, for
+    SERVING, as `policy replay` does: (policy, seconds, compiles)."""
     from .engine.compiling import watch_compiles
     from .sweep import run_policies, simulate
 
     trace = _warm_trace(trace_folder)
     started = time.perf_counter()
     with watch_compiles() as stats:
-        run_policies(trace, [policy], [WARM_CAPACITY])
+        if policy == SERVING:
+            _warm_serving(trace)
+        else:
+            run_policies(trace, [policy], [WARM_CAPACITY])
+        if policy == "sits":  # `policy simulate -p sits --threshold`: the threshold engine's path
+            from .sweep import bind_params
+
+            run_policies(trace, [policy], [WARM_CAPACITY], params=bind_params([policy], {"threshold": True}))
         if policy == "belady":
             simulate(trace, "belady", WARM_CAPACITY)
     return policy, time.perf_counter() - started, stats["count"]
@@ -92,12 +121,12 @@ def precompile(policies: str | list[str] = "all", jobs: int | None = None, note:
     names = names or policy_names()
     say = note or (lambda _text: None)
     started = time.perf_counter()
-    total = len(names)
+    total = len(names) + 1  # and the serving replay's kernels (SERVING)
     jobs = max(1, min(jobs or default_jobs(), total))
     compiles = 0
     with tempfile.TemporaryDirectory(prefix="sitsprof-compile-") as folder:
         shared = [n for n in SHARED if n in names] or [names[0]]
-        rest = [n for n in names if n not in shared]
+        rest = [n for n in names if n not in shared] + [SERVING]
         done = 0
         for name in shared:  # the trace kernels, the cost model, Belady: once, here
             _, seconds, count = _compile_one(folder, name)

@@ -522,11 +522,17 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "
     meta = {"engine": engine, "policy": policy, "capacity": int(capacity), "rate_scale": float(rate_scale),
             "log_evictions": log_evictions,
             "latency_model": getattr(model_obj, "description", type(model_obj).__name__)}
+    from . import watch
+
+    watch.started(meta, arrival)
+    t0 = _time.perf_counter()
     if driver is None:
-        t0 = _time.perf_counter()
         run.advance(np.inf)
-        return run.result(meta, _time.perf_counter() - t0)
-    return driver(run, meta)
+        result = run.result(meta, _time.perf_counter() - t0)
+    else:
+        result = driver(run, meta)
+    watch.finished(meta, _time.perf_counter() - t0)
+    return result
 
 
 class ReplayRun:
@@ -572,18 +578,25 @@ class ReplayRun:
     _stalled = False
 
     def advance(self, t_stop: float) -> float:
-        """Steps until simulated time >= t_stop or the trace is done; returns the time reached."""
-        rb = self.rb
+        """Steps until simulated time >= t_stop or the trace is done; returns the time reached.
+        Run as short compiled calls (watch.py), so Ctrl-C acts at once and progress is seen."""
+        from .watch import advance as chunked
+
         self.calls += 1
-        end = replay(self.pid, self.S, self.pool, self.engine_id, self.R, rb.offsets, rb.ids, rb.n_full,
+        end = chunked(self, t_stop, self._call)
+        if end < t_stop:  # replay stopped short of t_stop: nothing is left to run
+            self._stalled = True
+        return float(end)
+
+    def _call(self, t_stop: float) -> float:
+        """One compiled call of `replay` up to simulated time t_stop."""
+        rb = self.rb
+        return replay(self.pid, self.S, self.pool, self.engine_id, self.R, rb.offsets, rb.ids, rb.n_full,
                      rb.prompt_tokens, rb.output_tokens, self.arrival, rb.block_tokens, self.max_batched,
                      self.max_seqs, self.mode, rb.ref_ids, rb.ref_offsets, self.ref_hit, self.lat_params,
                      self.rng_state, self.terms, self.t_sched, self.t_first, self.t_done, self.hit_blocks,
                      self.n_preempt, self.status, self.stats, self.rq, self.wq, self.run, self.sched, self.clock,
                      self.si, float(t_stop))
-        if end < t_stop:  # replay stopped short of t_stop: nothing is left to run
-            self._stalled = True
-        return float(end)
 
     def result(self, meta: dict, seconds: float) -> ReplayResult:
         rb = self.rb

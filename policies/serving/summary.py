@@ -12,12 +12,9 @@ from .scheduler import replay_row, run_replay
 
 
 def _policies(text: str) -> list[str]:
-    from .evictors import POLICY_IDS
+    from .names import serving_names
 
-    names = [p.strip().lower().replace("-", "").replace("_", "") for p in str(text).split(",") if p.strip()]
-    if names == ["all"]:
-        return list(POLICY_IDS)
-    return names
+    return serving_names(text)
 
 
 def sits_options(names: list[str], window_s=None, threshold=False, sits=None) -> dict:
@@ -72,47 +69,14 @@ def engine_document(trace, path, fmt, rb, rows, *, engine, block_tokens, rate_sc
 
 
 def _s(v) -> str:
-    """ms -> seconds, 3 significant decimals."""
+    """ms -> seconds, 3 significant decimals (routed_table's cells)."""
     if v is None or v != v:
         return "-"
     return f"{v / 1e3:,.3f}"
 
 
 def replay_table(doc: dict):
-    from rich.table import Table
+    """The replay table (tables.py: the columns that fit 100 columns; the rest in --json)."""
+    from .tables import replay_table as table
 
-    t = doc["trace"]
-    e = doc["engine"]
-    title = (f"{t.get('path') or ''}: {t['requests']:,} requests, {e['engine']} rules, "
-             f"{e['block_tokens']}-token blocks ({t['kv_blocks']:,} in the trace), arrival rate x{e['rate_scale']:g}")
-    table = Table(title=title)
-    for name in ("policy", "pool blocks", "TTFT P50 s", "TTFT P99 s", "TPOT P50 s", "queue P99 s", "tok/s",
-                 "block hit", "prefix hit", "preempt", "peak pinned", "rejected"):
-        table.add_column(name, justify="left" if name == "policy" else "right", no_wrap=name != "policy")
-    for r in doc["replay"]:
-        table.add_row(r["policy"], f"{r['capacity']:,}", _s(r["ttft_p50_ms"]), _s(r["ttft_p99_ms"]),
-                      _s(r["tpot_p50_ms"]), _s(r["queue_wait_p99_ms"]), f"{r['tokens_per_s']:,.0f}",
-                      f"{r['block_hit_ratio']:.4f}", f"{r['prefix_hit_ratio']:.4f}", f"{r['preemptions']:,}",
-                      f"{r['peak_pinned_blocks']:,}", f"{r['rejected']:,}")
-    if doc["replay"]:
-        shares = doc["replay"][0]["term_share"]
-        table.caption = (f"step time: {doc['replay'][0]['latency_model']}; share of the summed terms: "
-                         + ", ".join(f"{k} {100 * v:.0f}%" for k, v in shares.items()))
-        lines = [sits_line(r) for r in doc["replay"] if r.get("sits")]
-        if lines:
-            table.caption += "\n" + "\n".join(lines)
-    return table
-
-
-def sits_line(row: dict) -> str:
-    """One line on a sits replay's controller: windows, switches, behaviour shares, the threshold engine."""
-    x = row["sits"]
-    share = ", ".join(f"{k} {100 * v:.0f}%" for k, v in x["behaviour_share"].items())
-    text = (f"sits at {row['capacity']:,}: {x['decided_windows']:,} decisions in {x['window_s']:g} s windows, "
-            f"{x['switches']} behaviour switches; served {share}")
-    th = x.get("threshold")
-    if th is not None:
-        sw = [e for e in x["events"] if e["event"] == "switch"]
-        done = f"switched LIRS->SITS at t={sw[0]['time']:.1f} s" if sw else "no switch"
-        text += f"; threshold engine: {done}, {th['rollbacks']} rollbacks"
-    return text
+    return table(doc)

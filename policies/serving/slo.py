@@ -1,0 +1,134 @@
+"""Service-level objectives over serving replays: which (policy, capacity) meets a P99 target.
+
+`policy replay` prints a table of figures; what a serving engineer wants first is the answer:
+which policy and pool size meet the latency targets, with the highest prefix hit ratio or the
+least KV memory, and which replays were saturated (their figures describe a backlog, not the
+policy). `verdict(rows, ttft_p99_ms, tpot_p99_ms)` gives that per SLO, as a dict that goes into
+the document (`verdict`), the CLI's lines under the table and the top of the report.
+
+Defaults: TTFT P99 <= 2,000 ms and TPOT P99 <= 200 ms, MLPerf Inference's server-scenario
+latency constraints for Llama-2-70B (the size of the default model preset, qwen2-72b).
+
+Saturated: a replay whose engine could not keep up, so its latencies measure a queue that
+grows with the trace's length: requests rejected (larger than the pool), the pool too small
+for the requests in flight (preemptions, or steps where a waiting request was held back for
+blocks), or the queue alone above the TTFT target (queue wait P99 > TTFT target). A row that
+carries its own `saturated` flag (a later engine check) is taken at its word.
+"""
+from __future__ import annotations
+
+import math
+
+#: MLPerf Inference (v4.0+) Llama-2-70B server scenario: TTFT P99 2 s, TPOT P99 200 ms.
+DEFAULT_TTFT_P99_MS = 2000.0
+DEFAULT_TPOT_P99_MS = 200.0
+DEFAULTS_SOURCE = "MLPerf Inference Llama-2-70B server latency constraints"
+
+
+def _finite(v) -> float | None:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def saturation(row: dict, ttft_p99_ms: float = DEFAULT_TTFT_P99_MS) -> str:
+    """Why `row` is saturated, in a few words ("" when it is not)."""
+    if row.get("saturated") is False:
+        return ""
+    why = []
+    if row.get("rejected"):
+        why.append(f"{row['rejected']:,} rejected")
+    if row.get("preemptions"):
+        why.append(f"{row['preemptions']:,} preemptions")
+    elif row.get("pool_blocked_steps"):
+        why.append(f"{row['pool_blocked_steps']:,} steps held back for blocks")
+    wait = _finite(row.get("queue_wait_p99_ms"))
+    if wait is not None and wait > ttft_p99_ms:
+        why.append(f"queue wait P99 {wait:,.0f} ms")
+    if not why and row.get("saturated"):
+        why.append("saturated")
+    return ", ".join(why)
+
+
+def _meets(row: dict, key: str, target: float) -> bool:
+    v = _finite(row.get(key))
+    return v is not None and v <= target
+
+
+def _pick(rows: list[dict]) -> dict:
+    """Among rows meeting an SLO: the highest prefix hit ratio (ties: less memory) and the least
+    memory (ties: the higher hit ratio), as names."""
+    def name(r):
+        return {"policy": r["policy"], "capacity": int(r["capacity"]),
+                "prefix_hit_ratio": float(r["prefix_hit_ratio"]),
+                "ttft_p99_ms": _finite(r.get("ttft_p99_ms")), "tpot_p99_ms": _finite(r.get("tpot_p99_ms"))}
+
+    if not rows:
+        return {"meeting": 0, "highest_hit": None, "least_memory": None}
+    best = max(rows, key=lambda r: (r["prefix_hit_ratio"], -r["capacity"]))
+    least = min(rows, key=lambda r: (r["capacity"], -r["prefix_hit_ratio"]))
+    return {"meeting": len(rows), "highest_hit": name(best), "least_memory": name(least)}
+
+
+def verdict(rows: list[dict], ttft_p99_ms: float | None = None, tpot_p99_ms: float | None = None) -> dict:
+    """Per SLO (`ttft`, `tpot`, `both`): how many replays meet it and which with the highest
+    prefix hit ratio and the least memory; a saturated replay never meets an SLO. `saturated`
+    names the saturated rows and why. Targets None take the defaults (`defaults` says which)."""
+    ttft = DEFAULT_TTFT_P99_MS if ttft_p99_ms is None else float(ttft_p99_ms)
+    tpot = DEFAULT_TPOT_P99_MS if tpot_p99_ms is None else float(tpot_p99_ms)
+    rows = [r for r in rows if isinstance(r, dict)]
+    saturated = []
+    ok = []
+    for r in rows:
+        why = saturation(r, ttft)
+        if why:
+            saturated.append({"policy": r["policy"], "capacity": int(r["capacity"]), "why": why})
+        else:
+            ok.append(r)
+    meets_ttft = [r for r in ok if _meets(r, "ttft_p99_ms", ttft)]
+    meets_tpot = [r for r in ok if _meets(r, "tpot_p99_ms", tpot)]
+    both = [r for r in meets_ttft if _meets(r, "tpot_p99_ms", tpot)]
+    return {
+        "targets": {"ttft_p99_ms": ttft, "tpot_p99_ms": tpot},
+        "defaults": {"ttft_p99_ms": ttft_p99_ms is None, "tpot_p99_ms": tpot_p99_ms is None,
+                     "source": DEFAULTS_SOURCE},
+        "replays": len(rows),
+        "ttft": _pick(meets_ttft), "tpot": _pick(meets_tpot), "both": _pick(both),
+        "saturated": saturated,
+    }
+
+
+def _who(pick: dict | None) -> str:
+    return f"{pick['policy']} at {pick['capacity']:,} blocks (prefix hit {pick['prefix_hit_ratio']:.4f})"
+
+
+def verdict_lines(v: dict, width: int = 100) -> list[str]:
+    """The verdict as lines of at most `width` characters (the CLI prints them under the table;
+    the report at its top); a long line wraps, indented under its start."""
+    t = v["targets"]
+    said = [k for k in ("ttft_p99_ms", "tpot_p99_ms") if v["defaults"].get(k)]
+    head = (f"verdict: TTFT P99 <= {t['ttft_p99_ms']:,.0f} ms, TPOT P99 <= {t['tpot_p99_ms']:,.0f} ms"
+            + (f" (default{'s' if len(said) > 1 else ''}: {v['defaults']['source']}; --slo-ttft-p99, "
+               "--slo-tpot-p99 to change)" if said else ""))
+    lines = [head]
+    for key, label in (("both", "both targets"), ("ttft", "TTFT P99 alone"), ("tpot", "TPOT P99 alone")):
+        p = v[key]
+        if not p["meeting"]:
+            lines.append(f"  {label}: no replay meets it")
+            continue
+        text = f"  {label}: {p['meeting']} of {v['replays']} meet it; highest hit {_who(p['highest_hit'])}"
+        if p["least_memory"] != p["highest_hit"]:
+            text += f"; least memory {_who(p['least_memory'])}"
+        lines.append(text)
+    if v["saturated"]:
+        lines.append("  saturated, their figures describe a backlog (why: --json's verdict): "
+                     + ", ".join(f"{s['policy']} at {s['capacity']:,}" for s in v["saturated"]))
+    if width is None:
+        return lines
+    import textwrap
+
+    return [part for line in lines
+            for part in textwrap.wrap(line, width, subsequent_indent=" " * (len(line) - len(line.lstrip()) + 4),
+                                      break_on_hyphens=False)]
