@@ -51,7 +51,7 @@ def validate_table(doc: dict):
 
     s = doc["summary"]
     table = Table(title=f"policy validate: {s['matched']} of {s['rows']} silicon rows replayed "
-                        f"(calibration {doc['calibration']})")
+                        f"(calibration {doc['calibration']}, {doc['step_model']} step model)")
     for name in ("model", "system", "tp", "prec", "isl/osl", "conc", "TTFT ms", "replay", "err", "AIC", "err",
                  "TPOT ms", "replay", "err", "AIC", "err"):
         table.add_column(name, justify="left" if name in ("model", "system", "prec") else "right")
@@ -85,9 +85,12 @@ def validate_table(doc: dict):
 @click.option("--aic", "aic_path", default=None, metavar="FILE",
               help="AIConfigurator's estimates by row id (default: the shipped policies/data/aic_estimates.csv, "
                    "made by bench/aic_estimates.py).")
+@click.option("--step-model", type=click.Choice(["profiled", "roofline"]), default="profiled", show_default=True,
+              help="profiled: the measured per-op profiles (policies/data/op_profiles.json; rows without one are "
+                   "listed as not replayed); roofline: latency.py's roofline for every row.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the step model's sampled re-fetch delays.")
 @click.option("--json", "as_json", is_flag=True, help="Print {'rows': [...], 'summary': {...}}.")
-def validate_cmd(silicon_path, calibration, aic_path, seed, as_json) -> None:
+def validate_cmd(silicon_path, calibration, aic_path, step_model, seed, as_json) -> None:
     """Replay every vLLM aggregated H100/H200 run of NVIDIA's silicon table as it ran (a closed loop of
     its concurrency, its ISL/OSL, model, precision, TP and system) and compare TTFT and TPOT with the
     measured ones and with AIConfigurator's estimates; rows that cannot be replayed are listed with why."""
@@ -96,7 +99,8 @@ def validate_cmd(silicon_path, calibration, aic_path, seed, as_json) -> None:
 
     from .console import emit_json, stdout_console
 
-    doc = validate(selected(read_silicon(silicon_path)), calibration=calibration, aic_path=aic_path, seed=seed)
+    doc = validate(selected(read_silicon(silicon_path)), calibration=calibration, aic_path=aic_path, seed=seed,
+                   step_model=step_model)
     if as_json:
         emit_json(doc)
         return

@@ -68,7 +68,10 @@ BISECTION_STEPS = 80
 
 # scalar slots of params[0]
 (S_LIN, S_ATTN, S_WEIGHTS, S_KV_READ, S_KV_WRITE, S_PEAK, S_INFLIGHT, S_MODE, S_L0, S_A, S_UMAX, S_B, S_UCAP,
- S_OVERHEAD, S_LAYERS, S_REFETCH, S_USAT, S_LV_M, S_LV_B, N_SCALARS) = range(20)
+ S_OVERHEAD, S_LAYERS, S_REFETCH, S_USAT, S_LV_M, S_LV_B, S_PROF, S_ATTN_PROF, N_SCALARS) = range(22)
+# rows of params[4], the per-op step profile (StepProfile): tokens grid, GEMM seconds, LM-head seconds,
+# all-reduce seconds
+P_GRID, P_GEMM, P_LM, P_AR = range(4)
 # columns of params[3], one row per replacement-delay level: then m residency ages, m resident
 # shares, b + 1 histogram edges, b cumulative shares, K quantile probabilities, K delays (seconds)
 C_FRAC, C_HAS, C_NPTS, C_HALF, C_NB, C_MU, C_SD, C_BASE = range(8)
@@ -98,7 +101,7 @@ class StepCostModel:
              table_blocks=0, rng_state=None, terms=None) -> float:
         """One step's seconds from Python (tests, reports); the same @njit function the replay calls."""
         rng_state = self.rng_state() if rng_state is None else rng_state
-        terms = np.zeros(4) if terms is None else terms
+        terms = np.zeros(5) if terms is None else terms
         return float(step_seconds(self.params, float(prefill_tokens), float(attn_token_pairs),
                                   float(context_tokens), float(kv_write_tokens), float(n_running),
                                   float(table_blocks), rng_state, terms))
@@ -109,11 +112,15 @@ class StepCostModel:
 
     @classmethod
     def from_calibration(cls, calibration=None, model_preset=None, block_tokens: int = 16, seed: int = 0,
-                         overhead_s: float = STEP_OVERHEAD_S) -> StepCostModel:
+                         overhead_s: float = STEP_OVERHEAD_S, profile: dict | None = None) -> StepCostModel:
         """The model on `calibration` (a `Calibration`, used as is; a path, dict or None is read
-        once here) for `model_preset` (a preset or its name)."""
+        once here) for `model_preset` (a preset or its name); `profile`: a measured per-op step
+        profile (`pack_profile`; docs/serving-latency.md "Measured per-op profile") that replaces
+        the roofline's compute and weight terms and adds the TP all-reduce."""
         from ..cost.models import DEFAULT_MODEL, ModelPreset, get_model
 
+        if profile is not None and profile.get("overhead_ms") is not None:
+            overhead_s = float(profile["overhead_ms"]) * 1e-3  # the profile's own per-step overhead
         g = Calibration.of(calibration)
         p = model_preset if isinstance(model_preset, ModelPreset) else get_model(model_preset or DEFAULT_MODEL)
         if int(block_tokens) < 1:
@@ -186,12 +193,44 @@ class StepCostModel:
             notes.append(refetch_note)
         lv, sc[S_LV_M], sc[S_LV_B] = _pack(arrays)
         # one 1-D and three small 2-D/1-D float arrays: few references for numba to count per call
-        params = (sc, cu, cl, lv)
-        description = (f"step model: {g.name} ({g.kind}), {p.name} tp={p.tensor_parallel}; {curve_text}; "
+        prof = np.zeros((4, 2))
+        prof_text = ""
+        if profile is not None:
+            prof = pack_profile(profile)
+            sc[S_PROF] = 1.0
+            sc[S_ATTN_PROF] = 4.0 * p.layers * p.q_heads * p.attn_dim / (float(profile["attn_tflops"]) * 1e12 * tp)
+            prof_text = f"; per-op profile: {profile.get('name', 'measured')}"
+        params = (sc, cu, cl, lv, prof)
+        description = (f"step model: {g.name} ({g.kind}), {p.name} tp={p.tensor_parallel}{prof_text}; {curve_text}; "
                        + (f"refetch priced from {len(levels)} replacement-delay level(s)" if levels
                           else "refetch term 0 (no replacement-delay distribution in the calibration)")
                        + f"; overhead {overhead_s * 1e3:g} ms/step")
         return cls(params, description, notes, bool(levels), seed, levels)
+
+
+def pack_profile(profile: dict) -> np.ndarray:
+    """A per-op profile ({"grid_tokens", "gemm_ms", "lm_head_ms", "allreduce_ms"}, per GPU, the
+    whole step's layers summed; bench/op_profiles.py) as the float64[4, G] params[4] (seconds)."""
+    grid = np.asarray(profile["grid_tokens"], dtype=np.float64)
+    rows = [np.asarray(profile[k], dtype=np.float64) * 1e-3 for k in ("gemm_ms", "lm_head_ms", "allreduce_ms")]
+    if len(grid) < 2 or np.any(np.diff(grid) <= 0) or any(r.shape != grid.shape or np.any(r < 0) for r in rows):
+        raise CostModelError("a step profile needs an increasing token grid and one non-negative time per point")
+    if not (float(profile.get("attn_tflops") or 0) > 0):
+        raise CostModelError("a step profile needs attn_tflops, the measured causal-prefill attention rate")
+    return np.vstack([grid, *rows])
+
+
+@njit(cache=True)
+def profile_at(prof, row, x):
+    """params[4]'s row at x tokens: linear between grid points, and beyond the last two."""
+    g = prof[P_GRID]
+    n = g.shape[0]
+    if x <= g[0]:
+        return prof[row, 0] * (x / g[0]) if x > 0 else 0.0
+    i = 1
+    while i < n - 1 and g[i] < x:
+        i += 1
+    return prof[row, i - 1] + (x - g[i - 1]) / (g[i] - g[i - 1]) * (prof[row, i] - prof[row, i - 1])
 
 
 def _levels(cal: Calibration):
@@ -462,6 +501,9 @@ def step_seconds(params, prefill_tokens, attn_token_pairs, context_tokens, kv_wr
     """Seconds of one engine step; adds [compute, memory, refetch, overhead] to `terms`."""
     sc = params[0]
     linear_tokens = max(float(kv_write_tokens), float(prefill_tokens))  # every scheduled token, decode too
+    if sc[S_PROF] > 0.0:
+        return _profiled_step(params, linear_tokens, attn_token_pairs, context_tokens, kv_write_tokens, n_running,
+                              table_blocks, rng_state, terms)
     compute = linear_tokens * sc[S_LIN] + attn_token_pairs * sc[S_ATTN]
     step_bytes = sc[S_WEIGHTS] + context_tokens * sc[S_KV_READ] + kv_write_tokens * sc[S_KV_WRITE]
     u, _lat = solve_load(sc, params[1], params[2], step_bytes)
@@ -474,3 +516,33 @@ def step_seconds(params, prefill_tokens, attn_token_pairs, context_tokens, kv_wr
     terms[2] += refetch
     terms[3] += overhead
     return base + refetch + overhead
+
+
+@njit(cache=True)
+def _profiled_step(params, tokens, attn_token_pairs, context_tokens, kv_write_tokens, n_running, table_blocks,
+                   rng_state, terms):
+    """A step priced by the measured per-op profile (docs/serving-latency.md): the layers' GEMMs
+    at `tokens` rows (their weight reads inside the measured time), the LM head at one row a
+    running request, prefill attention at the measured FlashAttention rate, the KV reads and
+    writes at the calibration's loaded bandwidth, the TP all-reduces; kernels of a layer run
+    one after another, so the terms add. terms[4] (when present) gets the all-reduce."""
+    sc = params[0]
+    prof = params[4]
+    gemm = profile_at(prof, P_GEMM, tokens) + profile_at(prof, P_LM, n_running)
+    compute = gemm + attn_token_pairs * sc[S_ATTN_PROF]
+    comm = profile_at(prof, P_AR, tokens)
+    kv_bytes = context_tokens * sc[S_KV_READ] + kv_write_tokens * sc[S_KV_WRITE]
+    memory = 0.0
+    u = sc[S_USAT]
+    if kv_bytes > 0.0:
+        u, _lat = solve_load(sc, params[1], params[2], kv_bytes)
+        memory = kv_bytes / (u * sc[S_PEAK])
+    refetch = refetch_seconds(sc, params[3], u, compute + memory, float(n_running), float(table_blocks), rng_state)
+    overhead = sc[S_OVERHEAD]
+    terms[0] += compute
+    terms[1] += memory
+    terms[2] += refetch
+    terms[3] += overhead
+    if terms.shape[0] > 4:
+        terms[4] += comm
+    return compute + memory + comm + refetch + overhead

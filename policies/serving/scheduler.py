@@ -440,7 +440,7 @@ class ReplayResult:
             "pool_blocked_steps": int(st[ST_POOL_BLOCKED]),
             "simulated_s": span, "seconds": float(self.seconds),
             "term_share": {k: (float(v) / total_terms if total_terms > 0 else 0.0)
-                           for k, v in zip(("compute", "memory", "refetch", "overhead"), self.terms)},
+                           for k, v in zip(("compute", "memory", "refetch", "overhead", "allreduce"), self.terms)},
             "latency_model": self.latency_model,
         }
         warnings = []
@@ -459,7 +459,7 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "
                rate_scale: float = 1.0, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
                calibration=None, model=None, seed: int = 0, all_evictable: bool = False,
                log_evictions: bool = False, reblocked=None, driver=None, window_s: float | None = None,
-               threshold: bool = False, sits: dict | None = None) -> ReplayResult:
+               threshold: bool = False, sits: dict | None = None, step_profile: dict | None = None) -> ReplayResult:
     """Replay `trace` through the serving engine (module docstring); `all_evictable` is the
     no-pinning check mode (every reference a kernel reference). `driver(run, meta)` (a
     ReplayRun and what `ReplayRun.result` needs) drives the run window by window and returns
@@ -506,11 +506,11 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "
     S = new_evictor(pid, n_ids, capacity)
     log_cap = int(rb.offsets[-1]) * 4 + len(rb.ref_ids) if log_evictions else 0
     pool = new_pool(n_ids, int(rb.offsets[-1]), capacity, log_cap)
-    model_obj = StepCostModel.from_calibration(calibration, model, rb.block_tokens, seed)
+    model_obj = StepCostModel.from_calibration(calibration, model, rb.block_tokens, seed, profile=step_profile)
     arrival = np.ascontiguousarray(rb.arrival / rate_scale, dtype=np.float64)
     ref_hit = np.zeros(len(rb.ref_ids) if mode else 1, dtype=np.uint8)
     rng_state = np.array([np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(1)], dtype=np.uint64)
-    terms = np.zeros(4, dtype=np.float64)
+    terms = np.zeros(5, dtype=np.float64)  # compute, memory, refetch, overhead, all-reduce (latency.py)
     if engine == "sglang" and policy != "lru":
         raise ReplayError(f"--engine sglang evicts radix-tree leaves by last access (lru); -p {policy} has no "
                           "radix form yet (use -p lru, or --engine vllm)")

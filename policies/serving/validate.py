@@ -47,6 +47,7 @@ from .silicon import SiliconRow
 DATA = Path(__file__).resolve().parents[1] / "data"
 CONFIG_DIR = DATA / "model_configs"
 AIC_ESTIMATES = DATA / "aic_estimates.csv"
+OP_PROFILES = DATA / "op_profiles.json"
 #: model paths of the table whose config the wheel ships under another name (same architecture)
 CONFIG_ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
                   "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B"}
@@ -108,6 +109,22 @@ def read_aic(path=None) -> dict[str, tuple[float | None, float | None, str]]:
     return out
 
 
+def read_profiles(path=None) -> dict:
+    """The per-op step profiles by "system|model|tpN|precision" (bench/op_profiles.py's output)."""
+    import json
+
+    p = Path(path) if path is not None else OP_PROFILES
+    if not p.is_file():
+        return {}
+    doc = json.loads(p.read_text())
+    return {k: {**v, "grid_tokens": doc["grid_tokens"], "name": f"aiconfigurator-core per-op tables, {k}"}
+            for k, v in doc["profiles"].items()}
+
+
+def profile_key(row: SiliconRow) -> str:
+    return f"{row.system}|{row.model}|tp{row.tp}|{row.precision or 'bf16'}"
+
+
 def _num(text: str) -> float | None:
     return float(text) if text else None
 
@@ -166,9 +183,12 @@ def pool_blocks(spec, system: System) -> int:
     return int(free // (spec.kv_bytes_per_token_per_gpu * BLOCK_TOKENS))
 
 
-def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed: int = 0) -> dict:
+def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed: int = 0,
+               profiles: dict | None = None, overhead_s: float | None = None) -> dict:
     """One validation row: the silicon row's fields, measured and predicted TTFT/TPOT, the
-    step terms' shares, AIConfigurator's estimate; `reason` set (and no prediction) when unmodellable."""
+    step terms' shares, AIConfigurator's estimate; `reason` set (and no prediction) when
+    unmodellable. `profiles` (read_profiles): the measured per-op step profiles, a row without
+    one unmodellable; None: the roofline step model for every row."""
     from .scheduler import DONE, run_replay
     from .workload import synthetic
 
@@ -191,13 +211,22 @@ def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed
         if blocks < need:
             why = (f"the weights ({spec.weight_bytes_per_gpu / 1e9:.0f} GB a GPU) leave no KV pool for one request on "
                    f"{row.tp} x {row.system}")
+    profile = None
+    if why is None and profiles is not None:
+        profile = profiles.get(profile_key(row))
+        if profile is None:
+            why = ("no per-op step profile for this model, system and TP (bench/op_profiles.py profiles dense "
+                   "models; MoE expert kernels are not profiled)" if spec.experts else
+                   "no per-op step profile for this model, system and TP (bench/op_profiles.py)")
     if why is not None:
         out["reason"] = why
         return out
     trace, rb = synthetic(row.concurrency, row.isl, row.osl, ROUNDS * row.concurrency, BLOCK_TOKENS)
     res = run_replay(trace, "lru", blocks, reblocked=rb, block_tokens=BLOCK_TOKENS,
                      max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS,
-                     calibration=system_calibration(calibration, system), model=spec, seed=seed)
+                     calibration=system_calibration(calibration, system), model=spec, seed=seed,
+                     step_profile=profile if overhead_s is None or profile is None
+                     else {**profile, "overhead_ms": overhead_s * 1e3})
     done = res.status == DONE
     ttft = (res.t_first - res.arrival)[done]
     outs = res.output_tokens[done]
@@ -208,7 +237,7 @@ def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed
         "predicted_tpot_ms": float(tpot.mean()) * 1e3 if len(tpot) else None,
         "kv_pool_blocks": int(blocks), "preemptions": int(res.summary()["preemptions"]),
         "term_share": {k: (float(v) / total if total > 0 else 0.0)
-                       for k, v in zip(("compute", "memory", "refetch", "overhead"), res.terms)},
+                       for k, v in zip(("compute", "memory", "refetch", "overhead", "allreduce"), res.terms)},
         "latency_model": res.latency_model,
     })
     for k in ("ttft", "tpot"):
@@ -248,18 +277,21 @@ def medians(rows: list[dict]) -> dict:
             "aic_median_abs_tpot_error": med("aic_tpot_error", both)}
 
 
-def validate(rows: list[SiliconRow], calibration=None, aic_path=None, seed: int = 0, progress=None) -> dict:
-    """The validation document: {"rows": [...], "summary": medians, "calibration": name}."""
+def validate(rows: list[SiliconRow], calibration=None, aic_path=None, seed: int = 0, progress=None,
+             step_model: str = "profiled", overhead_s: float | None = None) -> dict:
+    """The validation document: {"rows": [...], "summary": medians, "calibration": name};
+    `step_model` "profiled" (the per-op profiles) or "roofline" (latency.py without them)."""
     from sitsprof.calibration import load_calibration
 
     cal = load_calibration(calibration) if not isinstance(calibration, dict) else calibration
     if not rows:
         raise SiliconTableError("no rows to validate (the table has no vLLM aggregated H100/H200 row)")
     aic = read_aic(aic_path)
+    profiles = read_profiles() if step_model == "profiled" else None
     out = []
     for i, r in enumerate(rows):
-        out.append(replay_row(r, cal, aic, seed))
+        out.append(replay_row(r, cal, aic, seed, profiles, overhead_s))
         if progress is not None:
             progress(i + 1, len(rows))
-    return {"calibration": cal.get("name"), "rows": out, "summary": medians(out)}
+    return {"calibration": cal.get("name"), "step_model": step_model, "rows": out, "summary": medians(out)}
 
