@@ -5,6 +5,7 @@ Run by hand (not in CI), from the repository root:
     .venv/bin/python bench/bench_stream.py --refs 200M --objects 22M      # the issue's size (4.8 GB file)
     .venv/bin/python bench/bench_stream.py --refs 50M --objects 22M       # a quarter
     .venv/bin/python bench/bench_stream.py --refs 2M --objects 500k       # quick
+    .venv/bin/python bench/bench_stream.py --refs 50M --objects 5M --plain-cli   # the command a user types
 
 Workload: `--refs` references drawn Zipf(alpha = 0.8) over `--objects` object ranks (inverse
 CDF of the continuous power law, ranks hashed to sparse 64-bit ids), every object of size 1,
@@ -105,6 +106,24 @@ print(json.dumps({"hit_ratio": r.block_hit_ratio, "kernel_s": r.seconds, "cpu_s"
                   "vmhwm_kb": int([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")][0])}))
 """
 
+#: `--plain-cli`: the command a user types, no flag (`policy simulate TRACE -p P -c C --json`),
+#: streamed or not by its own rule (policies/engine/autostream.py); its peak is the process's.
+CLI = """
+import json, runpy, sys, time, io, contextlib
+t0 = time.perf_counter()
+sys.argv = ["sitsprof", "policy", "simulate", sys.argv[1], "-p", sys.argv[2], "-c", sys.argv[3], "--json"]
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    from sitsprof.cli.main import main
+    code = main(sys.argv[1:])
+doc = json.loads(out.getvalue())
+r = doc["results"][0]
+print(json.dumps({"hit_ratio": r["block_hit_ratio"], "kernel_s": r["seconds"], "read_s": 0.0,
+                  "cpu_s": time.process_time(), "exit": code,
+                  "distinct": doc["trace"]["distinct_blocks"], "inner_s": time.perf_counter() - t0,
+                  "vmhwm_kb": int([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")][0])}))
+"""
+
 THEIRS = """
 import json, sys, time
 sys.path.insert(0, sys.argv[5])
@@ -145,6 +164,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=14)
     ap.add_argument("--keep", action="store_true", help="keep the trace file (reused when the name matches)")
     ap.add_argument("--json", dest="json_path", default=None, help="also write the rows to this file")
+    ap.add_argument("--plain-cli", action="store_true",
+                    help="ours is the plain CLI command (policy simulate TRACE -p P -c C --json, no --stream): "
+                         "the peak a user gets without the flag")
     ap.add_argument("--in-memory", action="store_true",
                     help="also replay each policy in memory (read_oracle + simulate, or an adaptive policy's run) "
                          "in a child: its time and peak")
@@ -178,7 +200,7 @@ def main() -> None:
     print(f"{'policy':8} {'ours s':>8} {'lcs s':>8} {'speed-up':>8} {'ours MB':>8} {'lcs MB':>8} "
           f"{'B/ref':>6} {'B/id':>6} {'hit ours':>9} {'hit lcs':>9}")
     for name in args.policies.split(","):
-        ours = child(OURS, path, name, capacity)
+        ours = child(CLI if args.plain_cli else OURS, path, name, capacity)
         if args.in_memory:
             whole = child(WHOLE, path, name, capacity)
             same = "same hit ratio" if whole["hit_ratio"] == ours["hit_ratio"] else "HIT RATIO DIFFERS"

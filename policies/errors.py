@@ -3,6 +3,18 @@ from __future__ import annotations
 
 from sitsprof.common.errors import SitsprofError
 
+__all__ = [
+    "CapacityError",
+    "CostModelError",
+    "EmbedderError",
+    "PolicyEngineError",
+    "ServingReplayError",
+    "SiliconTableError",
+    "TraceFormatError",
+    "UnknownModelError",
+    "UnknownPolicyError",
+]
+
 
 class PolicyEngineError(SitsprofError, ValueError):
     """Base for user-facing policy-engine errors."""

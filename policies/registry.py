@@ -24,6 +24,15 @@ from .engine.params import accepted, ranges
 from .engine.protocol import capabilities, check_policy
 from .errors import UnknownPolicyError
 
+__all__ = [
+    "ALIASES",
+    "SPECS",
+    "get_policy",
+    "policy_catalog",
+    "policy_names",
+    "select_policies",
+]
+
 _PACKAGE = __name__.rsplit(".", 1)[0]  # sitsprof.policies
 
 # (NAME, module under sitsprof.policies), in the order tables list them; belady (offline

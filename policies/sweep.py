@@ -31,6 +31,16 @@ from .parallel import auto_jobs, check_jobs, map_runs
 from .registry import get_policy
 from .traces.trace import Trace
 
+__all__ = [
+    "bind_params",
+    "policy_module",
+    "run_policies",
+    "simulate",
+    "simulate_costed",
+    "simulate_many",
+    "simulate_many_costed",
+]
+
 Progress = Callable[[int, int, str], None]
 
 

@@ -81,7 +81,7 @@ def new_ghost(limit):
 def ghost_take(state, x):
     """Remove id `x` from the ghost queue if it is there; True when it was."""
     if state[x] & GHOST:
-        state[x] &= ~GHOST
+        state[x] ^= GHOST  # the bit is set: clears it, in int8 (the kernels') and uint8 (serving) alike
         return True
     return False
 
@@ -117,7 +117,7 @@ def ghost_add(ring, gpos, state, ghost, limit, x):
     while n_ghost + 1 > limit:
         y = ring[tail]
         if state[y] & GHOST and gpos[y] == tail:
-            state[y] &= ~GHOST
+            state[y] ^= GHOST  # set: cleared (int8 and uint8 alike, ghost_take)
             n_ghost -= 1
         tail = tail + 1 if tail + 1 < size else 0
         used -= 1

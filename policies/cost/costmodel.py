@@ -30,6 +30,26 @@ from ..errors import CostModelError
 from ..traces.trace import Trace
 from .models import DEFAULT_MODEL, PRESETS, ModelPreset, get_model
 
+__all__ = [
+    "DECODE_FIXED",
+    "DECODE_PER_TOKEN",
+    "HIT_FIXED",
+    "HIT_PER_TOKEN",
+    "MISS_ATTN",
+    "MISS_FIXED",
+    "MISS_MODES",
+    "MISS_PER_TOKEN",
+    "CostModel",
+    "kth_smallest",
+    "latency_summary",
+    "leading_hits",
+    "percentiles",
+    "request_tokens",
+    "token_column",
+    "ttft_from_costs",
+    "ttft_kernel",
+]
+
 MISS_MODES = ("recompute", "reload")
 # Columns of the coefficient table (one row per model preset in use), all in seconds.
 HIT_PER_TOKEN, HIT_FIXED, MISS_PER_TOKEN, MISS_FIXED, MISS_ATTN, DECODE_FIXED, DECODE_PER_TOKEN = range(7)

@@ -53,6 +53,17 @@ from pathlib import Path
 
 from ..errors import UnknownModelError
 
+__all__ = [
+    "DEFAULT_MODEL",
+    "DTYPE_BYTES",
+    "DTYPE_CHOICES",
+    "PRESETS",
+    "ModelPreset",
+    "from_hf_config",
+    "get_model",
+    "load_hf_config",
+]
+
 #: bytes per element of the precisions --dtype / --kv-dtype take
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp8")

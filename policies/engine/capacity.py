@@ -15,6 +15,12 @@ import re
 
 from ..errors import CapacityError
 
+__all__ = [
+    "check_capacity",
+    "fraction_capacities",
+    "parse_capacities",
+]
+
 _CAPACITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM%]?)\s*$")
 
 

@@ -26,6 +26,22 @@ import sys
 
 from sitsprof.common import jit
 
+__all__ = [
+    "BUDGET_S",
+    "COMPRESSED_RATIO",
+    "DEFAULT_US",
+    "HEADROOM_US",
+    "READ_US",
+    "SMALL_FILE_BYTES",
+    "US_PER_REFERENCE",
+    "before_reading",
+    "before_replay",
+    "estimate_s",
+    "most_references",
+    "quiet_blas",
+    "small_file",
+]
+
 #: Interpreted cost per reference of one costed run (the kernel, its cost model pricing, the
 #: result's metrics), microseconds, the larger of capacity 10 and 1,000 on a 5,000-reference
 #: trace (``bench_startup.py --break-even``), the larger of two loaded runs, rounded up.

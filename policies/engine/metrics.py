@@ -17,6 +17,16 @@ from __future__ import annotations
 
 from ..errors import PolicyEngineError
 
+__all__ = [
+    "DEFAULT_ADDR",
+    "DEFAULT_PORT",
+    "METRICS",
+    "build_registry",
+    "exposition",
+    "result_metrics",
+    "serve",
+]
+
 DEFAULT_PORT = 9464
 DEFAULT_ADDR = "127.0.0.1"
 METRICS = {

@@ -36,6 +36,29 @@ from ..traces.offsets import request_offsets
 from .capacity import check_capacity
 from .replay import Prepared, as_trace, dense_blocks, run_kernel
 
+__all__ = [
+    "EXACT_BUDGET",
+    "HASH_BITS",
+    "LOG_FROM",
+    "MIN_RATE",
+    "MIN_SAMPLED_BLOCKS",
+    "Curve",
+    "Sample",
+    "Sampler",
+    "auto_rate",
+    "block_hash",
+    "block_hashes",
+    "curve_capacities",
+    "lru_hit_counts",
+    "lru_hit_ratio_curve",
+    "lru_stack_distances",
+    "mean_absolute_error",
+    "point_rate",
+    "policy_curve",
+    "sampled_hit_ratio",
+    "shards_sample",
+]
+
 # Exact curves cost one replay of the whole trace per point; above this many references
 # replayed per policy (about 3 s of a classic kernel) `policy_curve(sample="auto")` samples.
 EXACT_BUDGET = 50_000_000

@@ -27,6 +27,18 @@ from sitsprof.common.durations import parse_duration
 from ..errors import PolicyEngineError
 from .protocol import capabilities
 
+__all__ = [
+    "Range",
+    "accepted",
+    "bind",
+    "check_params",
+    "convert",
+    "kernel_params",
+    "parse_assignments",
+    "parse_range",
+    "ranges",
+]
+
 
 @dataclass(frozen=True)
 class Range:

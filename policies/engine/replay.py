@@ -33,6 +33,22 @@ from ..traces.offsets import request_offsets
 from ..traces.trace import Trace
 from .params import check_params, kernel_params
 
+__all__ = [
+    "Prepared",
+    "SimResult",
+    "as_trace",
+    "dense_blocks",
+    "hit_flags_of",
+    "one_reference_each",
+    "reads_offsets",
+    "request_stats",
+    "result_from_hits",
+    "run_kernel",
+    "set_hit_flags",
+    "summarise",
+    "token_weights",
+]
+
 
 @dataclass
 class SimResult:

@@ -21,6 +21,28 @@ from typing import Any
 
 from ..errors import PolicyEngineError
 
+__all__ = [
+    "CSV_COST_COLUMNS",
+    "CSV_LEFT_OUT",
+    "DECISION_COLUMNS",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "REPLAY_KEYS",
+    "PolicyResultsError",
+    "check_results",
+    "decision_windows",
+    "decisions_from_rows",
+    "document",
+    "event_records",
+    "flat_row",
+    "read_results",
+    "result_rows",
+    "row_p99_ms",
+    "rows_to_csv",
+    "tenant_hit_ratios",
+    "trace_summary",
+]
+
 FORMAT = "sitsprof.policy-results"
 FORMAT_VERSION = 1
 

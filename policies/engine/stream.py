@@ -59,6 +59,24 @@ from .params import check_params, kernel_params
 from .protocol import StreamCapabilities, stream_capabilities
 from .replay import SimResult, request_stats
 
+__all__ = [
+    "CHUNK_REFS",
+    "GROWTH",
+    "HEAD_REFS",
+    "StreamError",
+    "StreamReplay",
+    "check_streamable",
+    "count_distinct",
+    "file_pointer_base",
+    "needs_future",
+    "needs_times",
+    "stream_form",
+    "stream_hits",
+    "stream_simulate",
+    "streamable",
+    "trace_span",
+]
+
 #: Default chunk: 1M references (24 MB of records, 4 MB of codes, 1 MB of hit flags).
 CHUNK_REFS = 1 << 20
 #: Per-block state grows to at least this factor of its size when new ids outgrow it.

@@ -30,6 +30,14 @@ from ..traces.lines import BadLines
 from .replay import SimResult
 from .stream import StreamError, StreamReplay, needs_future, needs_times, streamable
 
+__all__ = [
+    "CHUNK_REQUESTS",
+    "count_distinct_lines",
+    "line_formats",
+    "line_streamable",
+    "stream_simulate_lines",
+]
+
 #: Lines read at a time: about 10 MB of parsed Mooncake lines, and their blocks.
 CHUNK_REQUESTS = 1 << 14
 

@@ -20,6 +20,16 @@ from sitsprof.common.jit import njit
 from ..traces.ids import dense_ids
 from ..traces.trace import Trace
 
+__all__ = [
+    "HEAVY",
+    "LIGHT",
+    "alert_threshold",
+    "cross_tenant_flags",
+    "ctcci",
+    "isolate",
+    "level",
+]
+
 LIGHT, HEAVY = 0.05, 0.2
 
 

@@ -35,7 +35,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ..adaptive.shadows import shadow_counts, shadow_shift
 from ..adaptive.signals import count_buckets, entropy_bits, p99

@@ -48,7 +48,8 @@ model changed (a digest of their sources beside the cache).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ..classic._structs import NIL
 from ..classic.twoq import ghost_add, ghost_take, new_ghost, new_ring, ring_pop, ring_push
@@ -188,7 +189,7 @@ def _unpark(prev, nxt, flag, sc, q, x):
     else:
         nxt[t] = x
     sc[2 * q + 1] = x
-    flag[x] &= ~_PARKED
+    flag[x] &= (0xFF ^ _PARKED)
 
 
 # ---------------------------------------------------------------- the operations
@@ -209,7 +210,7 @@ def ev_hit(pid, S, x):
         cnt[x] += 1
     elif pid == ARC or pid == SITS:  # noqa: SIM109
         if flag[x] & _PARKED:
-            flag[x] &= ~_PARKED
+            flag[x] &= (0xFF ^ _PARKED)
             sc[_N0 + cnt[x]] -= 1
         else:
             _unlink(prev, nxt, sc, cnt[x], x)  # T1 or T2, to the head of T2
@@ -264,7 +265,7 @@ def ev_admit(pid, S, x):
         lfu_admit(S, x)
     elif pid == FIFO or pid == SIEVE:  # noqa: SIM109
         _push_head(prev, nxt, sc, 0, x)
-        flag[x] &= ~_VISITED
+        flag[x] &= (0xFF ^ _VISITED)
     elif pid == S3FIFO:
         if flag[x] & _PEND_G or (sc[_HAS_EVICTED] == 0 and sc[_N0] >= sc[_SMALL_SIZE]):
             sc[_HM] = ring_push(main, sc[_HM], x)
@@ -290,7 +291,7 @@ def ev_admit(pid, S, x):
         else:
             _push_head(prev, nxt, sc, _T1, x)
             cnt[x] = _T1
-    flag[x] &= ~(_PEND_G | _PEND_B2)
+    flag[x] &= (0xFF ^ (_PEND_G | _PEND_B2))
     sc[_MISS_GHOST] = 0
 
 
@@ -305,14 +306,14 @@ def ev_pin(pid, S, x):
 @njit(cache=True, inline="always")
 def ev_unpin(pid, S, x):
     prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
-    flag[x] &= ~_PINNED
+    flag[x] &= (0xFF ^ _PINNED)
     if pid == LRU:
         _push_head(prev, nxt, sc, 0, x)
     elif pid == SITS and sc[_BEHAV] == RECENCY:
         _sits_to_t2_head(prev, nxt, flag, cnt, sc, x)
     elif flag[x] & _PARKED:
         if pid == S3FIFO:  # back at its ring's oldest end
-            flag[x] &= ~_PARKED
+            flag[x] &= (0xFF ^ _PARKED)
             if flag[x] & _SMALL:
                 t = sc[_TS] - 1 if sc[_TS] > 0 else small.shape[0] - 1
                 small[t] = x
@@ -335,7 +336,7 @@ def ev_unpin(pid, S, x):
 def _sits_to_t2_head(prev, nxt, flag, cnt, sc, x):
     """SITS recency: a block freed (unpinned) goes to T2's head, as vLLM's free queue appends it."""
     if flag[x] & _PARKED:
-        flag[x] &= ~_PARKED
+        flag[x] &= (0xFF ^ _PARKED)
         sc[_N0 + cnt[x]] -= 1
     else:
         _unlink(prev, nxt, sc, cnt[x], x)
@@ -385,11 +386,11 @@ def ev_victim(pid, S):
         obj = np.int32(sc[_HAND]) if sc[_HAND] != NIL else tail
         while flag[obj] & (_VISITED | _PINNED):
             if not flag[obj] & _PINNED:
-                flag[obj] &= ~_VISITED
+                flag[obj] &= (0xFF ^ _VISITED)
             obj = prev[obj] if prev[obj] != NIL else tail
         sc[_HAND] = prev[obj]
         _unlink(prev, nxt, sc, 0, obj)
-        flag[obj] &= ~_VISITED
+        flag[obj] &= (0xFF ^ _VISITED)
         return obj
     if pid == S3FIFO:
         sc[_HAS_EVICTED] = 1
@@ -410,7 +411,7 @@ def ev_victim(pid, S):
                         sc[_HM] = ring_push(main, sc[_HM], x)
                         cnt[x] = min(f, 3) - 1
                     else:
-                        flag[x] &= ~_MAIN
+                        flag[x] &= (0xFF ^ _MAIN)
                         sc[_N1] -= 1
                         return x
                 continue
@@ -426,11 +427,11 @@ def ev_victim(pid, S):
                 sc[_N0] -= 1
                 if cnt[x] >= sc[_THRESH]:
                     sc[_HM] = ring_push(main, sc[_HM], x)
-                    flag[x] = (flag[x] & ~_SMALL) | _MAIN
+                    flag[x] = (flag[x] & (0xFF ^ _SMALL)) | _MAIN
                     cnt[x] = 0
                     sc[_N1] += 1
                     continue
-                flag[x] &= ~_SMALL
+                flag[x] &= (0xFF ^ _SMALL)
                 gq = ghost_add(ghost, gpos, flag, (sc[_GQ], sc[_GQ + 1], sc[_GQ + 2], sc[_GQ + 3]),
                                sc[_GHOST_SIZE], x)
                 sc[_GQ], sc[_GQ + 1], sc[_GQ + 2], sc[_GQ + 3] = gq[0], gq[1], gq[2], gq[3]

@@ -44,11 +44,64 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from sitsprof.calibration import Calibration
+from sitsprof.common.jit import njit
 
 from ..errors import CostModelError
+
+__all__ = [
+    "BISECTION_STEPS",
+    "C_BASE",
+    "C_FRAC",
+    "C_HALF",
+    "C_HAS",
+    "C_MU",
+    "C_NB",
+    "C_NPTS",
+    "C_SD",
+    "DEFAULT_SM_COUNT",
+    "IN_FLIGHT_BYTES_PER_SM",
+    "K_KNOTS",
+    "L2_LINE_BYTES",
+    "MAX_DRAWS",
+    "MODE_FIT",
+    "MODE_FLAT",
+    "MODE_POINTS",
+    "N_SCALARS",
+    "QUANTILE_PROBS",
+    "STEP_OVERHEAD_S",
+    "S_A",
+    "S_ATTN",
+    "S_B",
+    "S_INFLIGHT",
+    "S_KV_READ",
+    "S_KV_WRITE",
+    "S_L0",
+    "S_LAYERS",
+    "S_LIN",
+    "S_LV_B",
+    "S_LV_M",
+    "S_MODE",
+    "S_OVERHEAD",
+    "S_PEAK",
+    "S_REFETCH",
+    "S_UCAP",
+    "S_UMAX",
+    "S_USAT",
+    "S_WEIGHTS",
+    "TABLE_ENTRY_BYTES",
+    "StepCostModel",
+    "delay_moments",
+    "draw_delay",
+    "knots",
+    "loaded_latency",
+    "refetch_seconds",
+    "resident_share",
+    "solve_load",
+    "step_seconds",
+    "uniform",
+]
 
 #: Bytes a Hopper SM keeps in flight from HBM in a TMA-pipelined kernel (GEMM main loops and
 #: FlashAttention-3 keep 2-4 stages of 16-48 KiB tiles in its 228 KiB of shared memory): an

@@ -23,7 +23,8 @@ node list and the walk steps over it (one step per such node and eviction).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ..classic._structs import NIL, push_head, push_tail_s, unlink
 
@@ -84,7 +85,7 @@ def _leave(S, x):
     m = sc[NNODES]
     nd = node_of[x]
     if flag[x] & _PARKED:
-        flag[x] &= ~_PARKED
+        flag[x] &= (0xFF ^ _PARKED)
     else:
         unlink(prev, nxt, first, last, nd, x)
     links[3 * m + nd] -= 1
@@ -117,7 +118,7 @@ def lfu_hit(S, x):
         if links[3 * m + nd] == 1:  # x is alone at its count: the node moves up with it
             freq[nd] = f
             if S[2][x] & _PARKED:  # (its list is empty): listed again, at the tail
-                S[2][x] &= ~_PARKED
+                S[2][x] &= (0xFF ^ _PARKED)
                 first[nd], last[nd] = push_tail_s(prev, nxt, first[nd], last[nd], x)
             return
         to = _new_node_after(S, nd, f)
@@ -164,4 +165,4 @@ def lfu_unpark(S, x):
     """A parked block, unpinned: back at the oldest end of its frequency's list."""
     prev, nxt, flag, node_of, first, last = S[0], S[1], S[2], S[3], S[5], S[6]
     push_head(prev, nxt, first, last, node_of[x], x)
-    flag[x] &= ~_PARKED
+    flag[x] &= (0xFF ^ _PARKED)

@@ -26,7 +26,8 @@ finished after 900 s (bench/README.md).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 NIL = -1
 IN_S, LIR, RES, IN_Q, IN_NH = 1, 2, 4, 8, 16
@@ -78,7 +79,7 @@ def _to_head(p, n, sc, h, t, x):
 def _q_unlink(S, x):
     prev, nxt, flag, cnt, hn, qp, qn, hp, sc, fp = S
     if flag[x] & _PARKED:
-        flag[x] &= ~_PARKED
+        flag[x] &= (0xFF ^ _PARKED)
     else:
         _unlink(qp, qn, sc, QH, QT, x)
 
@@ -87,7 +88,7 @@ def _q_unlink(S, x):
 def _q_to_head(S, x):
     prev, nxt, flag, cnt, hn, qp, qn, hp, sc, fp = S
     if flag[x] & _PARKED:
-        flag[x] &= ~_PARKED
+        flag[x] &= (0xFF ^ _PARKED)
         _push(qp, qn, sc, QH, QT, x)
     else:
         _to_head(qp, qn, sc, QH, QT, x)
@@ -100,9 +101,9 @@ def _prune(S, lf):
     while x != NIL and x != sc[SH] and not lf[x] & LIR:
         if lf[x] & IN_NH:
             _unlink(hp, hn, sc, NHH, NHT, x)
-            lf[x] &= ~IN_NH
+            lf[x] &= (0xFF ^ IN_NH)
         _unlink(prev, nxt, sc, SH, ST, x)
-        lf[x] &= ~S_BITS
+        lf[x] &= (0xFF ^ S_BITS)
         sc[SN] -= 1
         x = np.int32(sc[ST])
 
@@ -112,12 +113,12 @@ def _evict_q(S, lf, y):
     """Evict resident HIR block y (in Q); it stays in S as a non-resident id when it is there."""
     prev, nxt, flag, cnt, hn, qp, qn, hp, sc, fp = S
     _q_unlink(S, y)
-    lf[y] &= ~IN_Q
+    lf[y] &= (0xFF ^ IN_Q)
     if lf[y] & IN_S:
-        lf[y] = (lf[y] & ~RES) | IN_NH
+        lf[y] = (lf[y] & (0xFF ^ RES)) | IN_NH
         _push(hp, hn, sc, NHH, NHT, y)
     else:
-        lf[y] &= ~RES
+        lf[y] &= (0xFF ^ RES)
     sc[NHIR] -= 1
 
 
@@ -147,7 +148,7 @@ def _demote(S, lf, allow_evict):
     while sc[NLIR] + 1 > sc[LIM_LIR] and sc[ST] != NIL:
         x = np.int32(sc[ST])
         _unlink(prev, nxt, sc, SH, ST, x)
-        lf[x] &= ~S_BITS
+        lf[x] &= (0xFF ^ S_BITS)
         sc[SN] -= 1
         sc[NLIR] -= 1
         while allow_evict and sc[NHIR] + 1 > sc[LIM_HIR] and sc[QT] != NIL:
@@ -173,10 +174,10 @@ def _bound(S, lf):
     while sc[SN] > 2 * sc[CAP] and sc[NHT] != NIL:
         x = np.int32(sc[NHT])
         _unlink(hp, hn, sc, NHH, NHT, x)
-        lf[x] &= ~IN_NH
+        lf[x] &= (0xFF ^ IN_NH)
         if lf[x] & IN_S:
             _unlink(prev, nxt, sc, SH, ST, x)
-            lf[x] &= ~S_BITS
+            lf[x] &= (0xFF ^ S_BITS)
             sc[SN] -= 1
 
 
@@ -196,7 +197,7 @@ def lirs_hit(S, x):
         _to_head(prev, nxt, sc, SH, ST, x)
         # resident HIR in S: it becomes LIR
         _q_unlink(S, x)
-        lf[x] &= ~IN_Q
+        lf[x] &= (0xFF ^ IN_Q)
         sc[NHIR] -= 1
         out = _demote(S, lf, True)
         lf[x] |= LIR | RES
@@ -209,7 +210,7 @@ def lirs_hit(S, x):
         else:
             _push(prev, nxt, sc, SH, ST, x)
             sc[SN] += 1
-        lf[x] = (lf[x] & ~LIR) | IN_S | RES
+        lf[x] = (lf[x] & (0xFF ^ LIR)) | IN_S | RES
     _bound(S, lf)
     return out
 
@@ -233,7 +234,7 @@ def lirs_victim(S):
     while sc[ST] != NIL:
         x = np.int32(sc[ST])
         _unlink(prev, nxt, sc, SH, ST, x)
-        lf[x] &= ~S_BITS
+        lf[x] &= (0xFF ^ S_BITS)
         sc[SN] -= 1
         sc[NLIR] -= 1
         if lf[x] & IN_Q:
@@ -261,7 +262,7 @@ def lirs_admit(S, x):
         _demote(S, lf, False)
         if lf[x] & IN_NH:
             _unlink(hp, hn, sc, NHH, NHT, x)
-            lf[x] &= ~IN_NH
+            lf[x] &= (0xFF ^ IN_NH)
         lf[x] |= LIR | RES
         sc[NLIR] += 1
     else:

@@ -24,7 +24,8 @@ eviction sequence, written while `pc[LOG_ON]`).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from .evictors import ev_admit, ev_hit, ev_miss, ev_pin, ev_unpin, ev_victim
 

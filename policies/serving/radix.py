@@ -19,7 +19,8 @@ blocks of running requests not in the tree. Candidate leaves sit in a binary min
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from .pool import CAPACITY, EVICTIONS, LOG_N, LOG_ON, N_CACHED, N_EVICTABLE, N_PRIVATE
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ..errors import ServingReplayError as ReblockError
 

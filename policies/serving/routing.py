@@ -33,7 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ..errors import ServingReplayError
 from .reblock import Reblocked

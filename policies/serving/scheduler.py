@@ -39,7 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
+
+from sitsprof.common.jit import njit
 
 from ..errors import ServingReplayError as ReplayError
 from .evictors import ev_admit, ev_hit, ev_miss, ev_pin, ev_unpin
@@ -367,7 +368,7 @@ def new_run_state(n: int):
     return rq, wq, run, sched, clock, si
 
 
-_drop_stale_cache(replay)
+replay.after_build(_drop_stale_cache)  # before its first compiled call; never when interpreted
 
 
 # ---------------------------------------------------------------- the Python side

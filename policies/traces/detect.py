@@ -30,6 +30,14 @@ from .oracle import read_oracle
 from .requests import read_requests
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
+__all__ = [
+    "FORMATS",
+    "detect_format",
+    "read_trace",
+    "reading_errors",
+    "trace_file",
+]
+
 FORMATS: tuple[str, ...] = ("mooncake", "bailian", "oracle", "csv", "requests")
 
 _FORMAT_FIX = "pass --format mooncake, bailian, oracle, csv or requests"

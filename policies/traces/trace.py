@@ -10,6 +10,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+__all__ = [
+    "DEFAULT_BLOCK_TOKENS",
+    "Trace",
+]
+
 DEFAULT_BLOCK_TOKENS = 512
 
 
