@@ -32,15 +32,16 @@ def calibrate_cmd(run_dir: Path, output: Path, allow_incomplete: bool, name: str
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("report.html"), show_default=True, help="HTML file to write (self-contained).")
-@click.option("--policy-results", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="JSON from the policy engine (SimResult.to_dict rows, optional 'decisions') to add.")
+@click.option("--policy-results", type=click.Path(dir_okay=False, exists=True, path_type=Path), multiple=True,
+              help="JSON from the policy engine (`policy simulate/mrc/replay --json`) to add; repeat it for "
+                   "several files, each its own section.")
 @click.option("--detail", "detail_limit", type=click.IntRange(1, 64), default=4, show_default=True,
               help="With several runs, how many get full detail sections (outliers first).")
-def report_cmd(run_dirs: tuple[Path, ...], output: Path, policy_results: Path | None, detail_limit: int) -> None:
+def report_cmd(run_dirs: tuple[Path, ...], output: Path, policy_results: tuple[Path, ...], detail_limit: int) -> None:
     """Write one self-contained HTML report for RUN_DIR... (several runs: a fleet comparison)."""
     from sitsprof.reports.report import write_report
 
-    path = write_report(run_dirs, output, policy_results_path=policy_results, detail_limit=detail_limit)
+    path = write_report(run_dirs, output, policy_results_path=policy_results or None, detail_limit=detail_limit)
     size = path.stat().st_size / 1e6
     click.echo(f"wrote {path} ({size:.1f} MB, {len(run_dirs)} run{'s' if len(run_dirs) > 1 else ''})")
 

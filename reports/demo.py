@@ -116,24 +116,11 @@ def synthetic_run(out: Path):
 
 
 def synthetic_sections(analysis) -> list[Section]:
-    """The run report's sections for a synthetic run, SYNTHETIC in every section and figure title
-    (the heading and the plot's own title, which an exported image keeps)."""
-    from .run_report import run_sections
+    """The run report's sections for a synthetic run, SYNTHETIC in every section and figure
+    title (the heading and the plot's own title, which an exported image keeps)."""
+    from .run_report import mark_synthetic, run_sections
 
-    sections = run_sections(analysis, prefix=f"{SYNTHETIC_LABEL} run")
-    for section in sections:
-        section.intro = (f"{SYNTHETIC_LABEL}: generated from a model, not measured. " + section.intro).strip()
-        for fig in section.figures:
-            if SYNTHETIC_LABEL not in fig.title:
-                fig.title = f"{SYNTHETIC_LABEL}: {fig.title}"
-            title = fig.layout.get("title")
-            text = title.get("text", "") if isinstance(title, dict) else (title or "")
-            if not text:
-                text = fig.title
-            elif SYNTHETIC_LABEL not in text:
-                text = f"{SYNTHETIC_LABEL}: {text}"
-            fig.layout["title"] = {"text": text, "font": {"size": 12}}
-    return sections
+    return mark_synthetic(run_sections(analysis, prefix=f"{SYNTHETIC_LABEL} run"), SYNTHETIC_LABEL)
 
 
 def demo_report(out_dir, policy_results: Callable[[dict], dict], document: dict | None = None,

@@ -62,34 +62,35 @@ def _replay_parts(replay) -> tuple[list, list]:
     entries = [r for r in replay if isinstance(r, dict)]
     if not entries:
         return [], []
-    rows = [[r.get("engine"), r.get("policy"), r.get("capacity"), r.get("ttft_p50_ms"), r.get("ttft_p99_ms"),
-             r.get("tpot_p50_ms"), r.get("queue_wait_p99_ms"), r.get("tokens_per_s"), r.get("block_hit_ratio"),
-             r.get("prefix_hit_ratio"), r.get("preemptions"), r.get("peak_pinned_blocks"), r.get("rejected")]
+    rows = [[r.get("policy"), r.get("capacity"), r.get("ttft_p50_ms"), r.get("ttft_p99_ms"),
+             r.get("tpot_p50_ms"), r.get("tpot_p99_ms"), r.get("queue_wait_p99_ms"), r.get("output_tokens_per_s"),
+             r.get("tokens_per_s"), r.get("block_hit_ratio"), r.get("prefix_hit_ratio"), r.get("preemptions"),
+             r.get("peak_pinned_blocks"), r.get("rejected")]
             for r in entries]
-    table = Table(["engine", "policy", "pool (blocks)", "TTFT P50 (ms)", "TTFT P99 (ms)", "TPOT P50 (ms)",
-                   "queue wait P99 (ms)", "tokens/s", "block hit ratio", "prefix hit ratio", "preemptions",
-                   "peak pinned blocks", "rejected"], rows, title="Serving replay")
+    engines = sorted({str(r.get("engine")) for r in entries})
+    table = Table(["policy", "pool (blocks)", "TTFT P50 (ms)", "TTFT P99 (ms)", "TPOT P50 (ms)", "TPOT P99 (ms)",
+                   "queue wait P99 (ms)", "output tokens/s", "total tokens/s", "block hit ratio",
+                   "prefix hit ratio", "preemptions", "peak pinned blocks", "rejected"], rows,
+                  title="Serving replay",
+                  caption=f"{', '.join(engines)} rules. Latencies in ms; output tokens/s: output tokens per "
+                          "simulated second; total tokens/s: every token scheduled (prefill, recomputed after a "
+                          "preemption, and decode).")
     cdf, queue, hits = [], [], []
+    styles = _replay_styles(entries)
     for i, r in enumerate(entries):
         name = f"{r.get('policy')} @ {r.get('capacity'):,}" if isinstance(r.get("capacity"), int) else str(
             r.get("policy"))
         if isinstance(r.get("instance"), int):  # policy replay --instances N: one entry per instance
             name += f", instance {r['instance']}"
-        style = {"color": PALETTE[i % len(PALETTE)], "symbol": POLICY_SYMBOLS[i % len(POLICY_SYMBOLS)]}
+        style = styles[i]
         values = [v for v in r.get("ttft_cdf_ms") or [] if isinstance(v, (int, float))]
         if len(values) == 101:
-            trace = _policy_trace(name, values, [p / 100 for p in range(101)], style)
-            trace["mode"] = "lines"
-            cdf.append(trace)
+            cdf.append(_replay_line(name, values, [p / 100 for p in range(101)], style))
         series = [w for w in r.get("series") or [] if isinstance(w, dict)]
         if series:
             xs = [w.get("time_s") for w in series]
-            q = _policy_trace(name, xs, [w.get("waiting") for w in series], style)
-            q["mode"] = "lines"
-            queue.append(q)
-            h = _policy_trace(name, xs, [w.get("hit_ratio") for w in series], style)
-            h["mode"] = "lines"
-            hits.append(h)
+            queue.append(_replay_line(name, xs, [w.get("waiting") for w in series], style))
+            hits.append(_replay_line(name, xs, [w.get("hit_ratio") for w in series], style))
     figs = []
     if cdf:
         figs.append(Figure("TTFT distribution per policy (serving replay)", cdf,
@@ -99,12 +100,68 @@ def _replay_parts(replay) -> tuple[list, list]:
                            axis_titles("simulated time (s)", "requests waiting"),
                            caption="Requests arrived and not yet first scheduled, at the middle of 100 windows."))
     if hits:
-        figs.append(Figure("Prefix hit ratio over time (serving replay)", hits,
-                           axis_titles("simulated time (s)", "block hit ratio"),
+        figs.append(Figure("Block hit ratio over time (serving replay)", hits,
+                           axis_titles("simulated time (s)", "block hit ratio (cached prefix)"),
                            caption="Hit blocks over full prompt blocks of the requests first scheduled "
                                    "in each window."))
     sits_tables, sits_figs = _replay_sits(entries)
     return [table, *sits_tables], figs + sits_figs
+
+
+#: Line dashes telling a policy's capacities apart (its colour is the policy's).
+CAPACITY_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+
+
+def _replay_styles(entries) -> list[dict]:
+    """One style per replay: the colour is its policy's and the dash its capacity's (the marker its
+    instance's, with --instances), so a sweep of 8 policies x 2 capacities is 16 distinct lines
+    where one palette of 12 colours would repeat."""
+    policies = list(dict.fromkeys(str(r.get("policy")) for r in entries))
+    caps = list(dict.fromkeys(r.get("capacity") for r in entries))
+    out = []
+    for r in entries:
+        i = policies.index(str(r.get("policy")))
+        inst = r.get("instance") if isinstance(r.get("instance"), int) else 0
+        out.append({"color": PALETTE[i % len(PALETTE)], "symbol": POLICY_SYMBOLS[inst % len(POLICY_SYMBOLS)],
+                    "dash": CAPACITY_DASHES[caps.index(r.get("capacity")) % len(CAPACITY_DASHES)],
+                    "markers": isinstance(r.get("instance"), int)})
+    return out
+
+
+def _replay_line(name: str, xs, ys, style: dict) -> dict:
+    trace = _policy_trace(name, xs, ys, style)
+    trace["mode"] = "lines+markers" if style.get("markers") else "lines"
+    trace["line"]["dash"] = style["dash"]
+    return trace
+
+
+def _verdict_table(verdict) -> Table | None:
+    """`policy replay --json`'s `verdict` (docs/policy-results.md): per SLO, the replays meeting
+    it and which has the highest prefix hit ratio and which the least memory; the saturated ones."""
+    if not isinstance(verdict, dict) or not isinstance(verdict.get("targets"), dict):
+        return None
+    t = verdict["targets"]
+
+    def who(p):
+        if not isinstance(p, dict):
+            return None
+        return f"{p.get('policy')} at {p.get('capacity'):,} blocks (prefix hit {p.get('prefix_hit_ratio'):.4f})"
+
+    rows = []
+    for key, label in (("both", "both targets"), ("ttft", f"TTFT P99 <= {t.get('ttft_p99_ms'):,.0f} ms"),
+                       ("tpot", f"TPOT P99 <= {t.get('tpot_p99_ms'):,.0f} ms")):
+        pick = verdict.get(key) if isinstance(verdict.get(key), dict) else {}
+        rows.append([label, f"{pick.get('meeting', 0)} of {verdict.get('replays')}", who(pick.get("highest_hit")),
+                     who(pick.get("least_memory"))])
+    saturated = [s for s in verdict.get("saturated") or [] if isinstance(s, dict)]
+    caption = ("Saturated (their figures describe a backlog): "
+               + "; ".join(f"{s.get('policy')} at {s.get('capacity'):,} ({s.get('why')})" for s in saturated) + "."
+               if saturated else "No replay was saturated.")
+    defaults = verdict.get("defaults") or {}
+    if defaults.get("ttft_p99_ms") or defaults.get("tpot_p99_ms"):
+        caption += f" Default targets: {defaults.get('source')}."
+    return Table(["SLO", "replays meeting it", "highest prefix hit", "least memory"], rows,
+                 title="Verdict (serving replay)", caption=caption)
 
 
 def _routing_tables(routing) -> list:
@@ -156,8 +213,13 @@ def _replay_sits(entries) -> tuple[list, list]:
                              "y": [e.get("p99_ms", None) if kind == "breach" else 0 for e in marks], "yaxis": "y",
                              "marker": {"symbol": symbol, "size": 10}})
         layout = axis_titles("simulated time (s)", "P99 TTFT of the window's first tokens (ms)")
+        # automargin: the right axis's labels ("recency", "scan") get the room they need, not 10 px
         layout["yaxis2"] = {"overlaying": "y", "side": "right", "showgrid": False, "range": [-0.3, 2.3],
-                            "tickmode": "array", "tickvals": [0, 1, 2], "ticktext": ["lirs", "recency", "scan"]}
+                            "tickmode": "array", "tickvals": [0, 1, 2], "ticktext": ["lirs", "recency", "scan"],
+                            "automargin": True, "title": {"text": "behaviour"}}
+        # the legend under the plot: on the right it sat on the right axis's labels ("sca")
+        layout["legend"] = {"orientation": "h", "x": 0, "xanchor": "left", "y": -0.22, "yanchor": "top"}
+        layout["margin"] = {"b": 90}
         figs.append(Figure(f"SITS decisions (serving replay, {name})", data, layout, wide=True,
                            caption=f"One point per {x.get('window_s')} s window of simulated time with requests; "
                                    "the step line is the behaviour that served it (lirs before a threshold "
@@ -224,6 +286,9 @@ def policy_section(payload: Any, source: str = "") -> Section:
     if curve_figure is not None:
         figs.append(curve_figure)
     replay_tables, replay_figs = _replay_parts(payload.get("replay"))
+    verdict = _verdict_table(payload.get("verdict"))
+    if verdict is not None:  # the answer first
+        tables.insert(0, verdict)
     tables.extend(_routing_tables(payload.get("routing")))
     tables.extend(replay_tables)
     figs.extend(replay_figs)

@@ -18,7 +18,7 @@ from .analysis import RunAnalysis, analyze_run
 from .fleet import fleet_section
 from .html import Report, Section, write_html
 from .policy_report import policy_section
-from .run_report import run_sections
+from .run_report import mark_synthetic, run_sections
 
 
 def _run_label(run: RunAnalysis) -> str:
@@ -33,6 +33,10 @@ def build_report(runs: list[RunAnalysis], policy_results: Any = None, policy_sou
     banners = list(banners)
     if any(r.synthetic for r in runs):
         banners.append("SYNTHETIC DATA: generated from a model by sitsprof for tests and demos; not a measurement.")
+    for payload in (policy_results if isinstance(policy_results, PolicyResultsList) else [policy_results]):
+        verdict = payload.get("verdict") if isinstance(payload, dict) else None
+        if isinstance(verdict, dict) and isinstance(verdict.get("lines"), list):  # policy replay's answer, on top
+            banners.append(" ".join(str(line).strip() for line in verdict["lines"][:2]))
     for r in runs:
         if not r.complete:
             banners.append(f"Run {r.name} is incomplete (status: {r.status}); missing parts are listed in its summary.")
@@ -45,20 +49,49 @@ def build_report(runs: list[RunAnalysis], policy_results: Any = None, policy_sou
             fleet.notes.append(f"Details below for {len(detail)} of {len(runs)} runs (outliers first): "
                                + ", ".join(runs[i].host for i in detail) + ".")
     for i in detail:
-        sections.extend(run_sections(runs[i], prefix=_run_label(runs[i]) if len(runs) > 1 else ""))
+        if runs[i].synthetic:  # every title says so (the README's promise), not the banner alone
+            label = _run_label(runs[i]) if len(runs) > 1 else "run"
+            sections.extend(mark_synthetic(run_sections(runs[i], prefix=f"SYNTHETIC {label}")))
+        else:
+            sections.extend(run_sections(runs[i], prefix=_run_label(runs[i]) if len(runs) > 1 else ""))
     if policy_results is not None:
-        sections.append(policy_section(policy_results, policy_source))
+        # several files (--policy-results repeated): one section each, named by its file
+        many = isinstance(policy_results, PolicyResultsList)
+        for payload, source in (zip(policy_results, policy_source) if many else [(policy_results, policy_source)]):
+            section = policy_section(payload, source)
+            if many:
+                section.title = f"{section.title}: {source}"
+            sections.append(section)
     if title is None:
         title = "sitsprof report: " + (_run_label(runs[0]) if len(runs) == 1 else f"{len(runs)} runs")
     subtitle = ", ".join(sorted({r.device.get("name", "unknown device") for r in runs}))
     return Report(title=title, subtitle=subtitle, sections=sections, banners=banners, tool_version=tool_version())
 
 
-def write_report(run_paths: Sequence[str | Path], out: str | Path, policy_results_path: str | Path | None = None,
-                 detail_limit: int = 4) -> Path:
-    """Analyse each run directory and write one self-contained HTML report; returns its path."""
-    payload = None if policy_results_path is None else read_results(policy_results_path)
+class PolicyResultsList(list):
+    """Several policy-results payloads (`--policy-results` repeated), one report section each;
+    `build_report`'s `policy_source` is then the list of their names."""
+
+
+def write_report(run_paths: Sequence[str | Path], out: str | Path,
+                 policy_results_path: str | Path | Sequence[str | Path] | None = None, detail_limit: int = 4) -> Path:
+    """Analyse each run directory and write one self-contained HTML report; returns its path.
+    `policy_results_path`: one file, or several (each its own section; two with the same file
+    name are refused, since their sections could not be told apart)."""
+    paths = ([] if policy_results_path is None else [policy_results_path]
+             if isinstance(policy_results_path, (str, Path)) else list(policy_results_path))
+    names = [Path(p).name for p in paths]
+    if len(set(names)) < len(names):
+        from .errors import ReportError
+
+        twice = next(n for n in names if names.count(n) > 1)
+        raise ReportError(f"--policy-results names {twice} twice: give each file once (files of the same name "
+                          "in other folders: copy one under another name)")
+    if len(paths) > 1:
+        payload, source = PolicyResultsList(read_results(p) for p in paths), names
+    else:
+        payload = read_results(paths[0]) if paths else None
+        source = names[0] if names else ""
     runs = [analyze_run(p) for p in run_paths]
-    report = build_report(runs, payload, policy_source=Path(policy_results_path).name if policy_results_path else "",
-                          detail_limit=detail_limit)
+    report = build_report(runs, payload, policy_source=source, detail_limit=detail_limit)
     return write_html(report, out)

@@ -313,6 +313,35 @@ def run_sections(run: RunAnalysis, prefix: str = "") -> list[Section]:
     return sections
 
 
+#: What every title of a generated run's sections says (reports/synthetic.py runs, the demo's).
+SYNTHETIC_LABEL = "SYNTHETIC"
+
+
+def mark_synthetic(sections: list[Section], label: str = SYNTHETIC_LABEL) -> list[Section]:
+    """Say `label` in every section, figure and plot title (and first in every intro) of a
+    generated run's `sections`, so no part of it, a screenshot of one plot or an exported image
+    included, reads as a measurement. Returns them."""
+    def marked(text: str) -> str:
+        return text if label in text else f"{label}: {text}" if text else text
+
+    for section in sections:
+        section.title = marked(section.title)
+        if not section.intro.startswith(f"{label}:"):
+            section.intro = (f"{label}: generated from a model, not measured. " + section.intro).strip()
+        for fig in section.figures:
+            fig.title = marked(fig.title)
+            title = fig.layout.get("title")
+            text = title.get("text", "") if isinstance(title, dict) else (title or "")
+            # at the figure's top left, above the plot area and its annotations (tier names): the
+            # toolbar sits at the top right, so the two never meet
+            fig.layout["title"] = {"text": marked(text) if text else fig.title, "font": {"size": 12},
+                                   "x": 0, "xref": "container", "xanchor": "left", "y": 1, "yref": "container",
+                                   "yanchor": "top", "pad": {"l": 8, "t": 6}}
+            margin = fig.layout.get("margin", {})
+            fig.layout["margin"] = {**margin, "t": max(margin.get("t", 0), 56)}
+    return sections
+
+
 SAMPLER_STATS = ("requested_hz", "achieved_hz", "samples", "dropped", "errors", "overflow", "cpu_pct_of_core",
                  "lateness_p99_us")
 

@@ -304,3 +304,61 @@ def test_compile_builds_the_serving_kernels(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "COMPILES 0" in out.stdout, out.stderr[-2000:]
+
+
+def _replay_json(cli, trace_path, tmp_path, *args) -> Path:
+    code, out, err = cli("policy", "replay", str(trace_path), "--rate-scale", "4", "--json", *args)
+    assert code == 0, err
+    path = tmp_path / f"replay-{len(list(tmp_path.glob('replay-*.json')))}.json"
+    path.write_text(out)
+    return path
+
+
+def test_report_replay_section_verdict_first_and_sixteen_distinct_lines(trace_path, tmp_path, cli):
+    from sitsprof.policies.engine.results import read_results
+    from sitsprof.reports.policy_report import policy_section
+
+    doc = read_results(_replay_json(cli, trace_path, tmp_path, "-p", "all", "-c", "3000,9000"))
+    section = policy_section(doc, "replay.json")
+    assert section.tables[0].title == "Verdict (serving replay)"
+    assert [row[0] for row in section.tables[0].rows][0] == "both targets"
+    for fig in section.figures:
+        if "serving replay" not in fig.title or fig.title.startswith("SITS"):
+            continue
+        looks = [(t["line"]["color"], t["line"].get("dash")) for t in fig.data]
+        assert len(looks) == 16 and len(set(looks)) == 16, fig.title  # no two series look alike
+    titles = [f.title for f in section.figures]
+    assert "Block hit ratio over time (serving replay)" in titles
+    hit = next(f for f in section.figures if f.title.startswith("Block hit ratio over time"))
+    assert hit.layout["yaxis"]["title"]["text"].startswith("block hit ratio")
+    sits = [f for f in section.figures if f.title.startswith("SITS decisions (serving replay,")]
+    assert sits and all(f.layout["yaxis2"]["automargin"] for f in sits)
+
+
+def test_report_synthetic_titles_and_repeated_policy_results(trace_path, tmp_path, cli):
+    import re
+
+    from sitsprof.reports.synthetic import make_synthetic_run
+
+    run = make_synthetic_run(tmp_path, "synthetic-node", samples=5000).path
+    a = _replay_json(cli, trace_path, tmp_path, "-p", "lru", "-c", "3000")
+    b = _replay_json(cli, trace_path, tmp_path, "-p", "arc", "-c", "3000")
+    out = tmp_path / "r.html"
+    code, _, err = cli("report", str(run), "--policy-results", str(a), "--policy-results", str(b), "-o", str(out))
+    assert code == 0, err
+    html = out.read_text()
+    sections = re.findall(r"<section id=\"[^\"]*\">\s*<h2>([^<]*)</h2>", html)
+    run_sections = [t for t in sections if not t.startswith("Policy results")]
+    assert run_sections and all("SYNTHETIC" in t for t in run_sections), sections
+    assert [t for t in sections if t.startswith("Policy results")] == [f"Policy results: {a.name}",
+                                                                        f"Policy results: {b.name}"]
+    from sitsprof.reports.analysis import analyze_run
+    from sitsprof.reports.report import build_report
+
+    report = build_report([analyze_run(run)])
+    for section in report.sections:
+        assert "SYNTHETIC" in section.title
+        for fig in section.figures:
+            assert "SYNTHETIC" in fig.title and "SYNTHETIC" in fig.layout["title"]["text"]
+    code, _, err = cli("report", str(run), "--policy-results", str(a), "--policy-results", str(a), "-o", str(out))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "twice" in err

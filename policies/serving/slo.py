@@ -90,7 +90,7 @@ def verdict(rows: list[dict], ttft_p99_ms: float | None = None, tpot_p99_ms: flo
     meets_ttft = [r for r in ok if _meets(r, "ttft_p99_ms", ttft)]
     meets_tpot = [r for r in ok if _meets(r, "tpot_p99_ms", tpot)]
     both = [r for r in meets_ttft if _meets(r, "tpot_p99_ms", tpot)]
-    return {
+    out = {
         "targets": {"ttft_p99_ms": ttft, "tpot_p99_ms": tpot},
         "defaults": {"ttft_p99_ms": ttft_p99_ms is None, "tpot_p99_ms": tpot_p99_ms is None,
                      "source": DEFAULTS_SOURCE},
@@ -98,13 +98,15 @@ def verdict(rows: list[dict], ttft_p99_ms: float | None = None, tpot_p99_ms: flo
         "ttft": _pick(meets_ttft), "tpot": _pick(meets_tpot), "both": _pick(both),
         "saturated": saturated,
     }
+    out["lines"] = verdict_lines(out, width=None)  # the report shows them as the CLI prints them
+    return out
 
 
 def _who(pick: dict | None) -> str:
     return f"{pick['policy']} at {pick['capacity']:,} blocks (prefix hit {pick['prefix_hit_ratio']:.4f})"
 
 
-def verdict_lines(v: dict, width: int = 100) -> list[str]:
+def verdict_lines(v: dict, width: int | None = 100) -> list[str]:
     """The verdict as lines of at most `width` characters (the CLI prints them under the table;
     the report at its top); a long line wraps, indented under its start."""
     t = v["targets"]
