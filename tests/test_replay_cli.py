@@ -156,7 +156,7 @@ def _brute_verdict(rows, ttft, tpot):
     """An independent reading of the verdict: enumerate, filter, sort."""
     from sitsprof.policies.serving.slo import saturation
 
-    ok = [r for r in rows if not saturation(r, ttft)]
+    ok = [r for r in rows if not saturation(r)]
     out = {}
     for key, test in (("ttft", lambda r: r["ttft_p99_ms"] <= ttft), ("tpot", lambda r: r["tpot_p99_ms"] <= tpot),
                       ("both", lambda r: r["ttft_p99_ms"] <= ttft and r["tpot_p99_ms"] <= tpot)):
@@ -175,8 +175,8 @@ def test_verdict_matches_an_enumeration():
     for _ in range(200):
         rows = [{"policy": p, "capacity": int(c), "ttft_p99_ms": float(rng.uniform(100, 4000)),
                  "tpot_p99_ms": float(rng.uniform(20, 400)), "prefix_hit_ratio": float(rng.uniform(0, 1)),
-                 "queue_wait_p99_ms": float(rng.uniform(0, 3000)), "rejected": int(rng.random() < 0.1),
-                 "preemptions": int(rng.random() < 0.2) * 7, "pool_blocked_steps": 0}
+                 "requests_per_s": float(rng.uniform(0.5, 1.0)), "offered_requests_per_s": 1.0,
+                 "rejected": int(rng.random() < 0.1), "preemptions": int(rng.random() < 0.2) * 7}
                 for p in ("lru", "arc") for c in rng.choice([1000, 2000, 5000, 9000], 3, replace=False)]
         ttft, tpot = float(rng.uniform(500, 3000)), float(rng.uniform(50, 300))
         v = verdict(rows, ttft, tpot)
@@ -188,7 +188,7 @@ def test_verdict_matches_an_enumeration():
             got = v[key]
             assert (got["meeting"], name(got["highest_hit"]), name(got["least_memory"])) == want[key]
         assert len(v["saturated"]) == sum(1 for r in rows if r["rejected"] or r["preemptions"]
-                                          or r["queue_wait_p99_ms"] > ttft)
+                                          or r["requests_per_s"] < 0.9 * r["offered_requests_per_s"])
 
 
 def test_verdict_in_json_and_under_the_table(trace_path, cli):
@@ -200,7 +200,7 @@ def test_verdict_in_json_and_under_the_table(trace_path, cli):
     assert v["targets"] == {"ttft_p99_ms": 1500.0, "tpot_p99_ms": 200.0}
     assert v["defaults"]["ttft_p99_ms"] is False and v["defaults"]["tpot_p99_ms"] is True
     meet = [r for r in doc["replay"] if r["ttft_p99_ms"] <= 1500 and not r["preemptions"] and not r["rejected"]
-            and r["queue_wait_p99_ms"] <= 1500]
+            and r["requests_per_s"] >= 0.9 * r["offered_requests_per_s"]]
     assert v["ttft"]["meeting"] == len(meet)
     code, out, err = cli("policy", "replay", str(trace_path), "-p", "lru,arc", "-c", "500,3000", "--rate-scale", "4",
                          "--slo-ttft-p99", "1500")

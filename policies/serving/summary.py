@@ -9,6 +9,7 @@ from ..engine.capacity import parse_capacities
 from ..engine.results import document, trace_summary
 from .reblock import reblock
 from .scheduler import replay_row, run_replay
+from .slo import offered_rate
 
 
 def _policies(text: str) -> list[str]:
@@ -49,6 +50,7 @@ def replay_document(trace, path, fmt, engine="vllm", policies="lru", capacities=
                              max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                              calibration=calibration, model=model, seed=seed, reblocked=rb, **adaptive)
             rows.append(replay_row(res))
+            rows[-1]["offered_requests_per_s"] = offered_rate(res.arrival)  # slo.py's saturation test
     return engine_document(trace, path, fmt, rb, rows, engine=engine, block_tokens=block_tokens,
                            rate_scale=rate_scale, max_num_batched_tokens=max_num_batched_tokens,
                            max_num_seqs=max_num_seqs)

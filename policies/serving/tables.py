@@ -27,11 +27,9 @@ def ms(v) -> str:
     return f"{v:,.1f}" if abs(v) < 10 else f"{v:,.0f}"
 
 
-def replay_cells(row: dict, ttft_target_ms: float | None = None) -> list[str]:
+def replay_cells(row: dict) -> list[str]:
     """One replay row's cells, in COLUMNS' order."""
-    from .slo import DEFAULT_TTFT_P99_MS
-
-    sat = saturation(row, DEFAULT_TTFT_P99_MS if ttft_target_ms is None else ttft_target_ms)
+    sat = saturation(row)
     out = row.get("output_tokens_per_s")
     return [str(row["policy"]), f"{row['capacity']:,}", ms(row["ttft_p50_ms"]), ms(row["ttft_p99_ms"]),
             ms(row.get("tpot_p99_ms")), ms(row.get("queue_wait_p99_ms")),
@@ -46,7 +44,6 @@ def replay_table(doc: dict):
 
     t = doc["trace"]
     e = doc["engine"]
-    ttft_target = (doc.get("verdict") or {}).get("targets", {}).get("ttft_p99_ms")
     title = (f"{t.get('path') or ''}: {t['requests']:,} requests, {e['engine']} rules, "
              f"{e['block_tokens']}-token blocks ({t['kv_blocks']:,} in the trace), arrival rate x{e['rate_scale']:g}; "
              "latencies in ms")
@@ -55,7 +52,7 @@ def replay_table(doc: dict):
     for name, justify in COLUMNS:
         table.add_column(name, justify=justify, no_wrap=True)
     for r in doc["replay"]:
-        table.add_row(*replay_cells(r, ttft_target))
+        table.add_row(*replay_cells(r))
     lines = ["blocks: the KV pool; out tok/s: output tokens per simulated second (prompt and total tokens/s, "
              "TPOT P50, block hit, peak pinned, rejected: --json or the report); sat.: saturated (the verdict "
              "below says why)"]
