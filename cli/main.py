@@ -97,7 +97,30 @@ def main(argv: list[str] | None = None) -> int:
         except stdio.StdoutError as exc:
             click.echo(f"sitsprof: error: {exc}", err=True)
             code = code or exc.exit_code
+    if argv is None and code in _INTERRUPTED:
+        _exit_now(code)
     return code
+
+
+#: Exit statuses of a run stopped by Ctrl-C (130), SIGTERM (143) or SIGHUP (129).
+_INTERRUPTED = (130, 143, 129)
+
+
+def _exit_now(code: int) -> None:
+    """Leave at once after a signal: the cleanup already ran (finally blocks on the way out,
+    here the atexit handlers: the stdin copy), and the interpreter's own teardown, freeing a
+    replay's arrays, took a second more (measured: exit 1.1 s after SIGINT, 0.1 s with this).
+    Only for the console script (`main()` with no argv); in-process callers get the status."""
+    import atexit
+    import os
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _main(argv: list[str] | None) -> int:
