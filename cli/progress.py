@@ -115,13 +115,16 @@ class _BarWatch:
         self.task = progress.add_task("replaying", total=self.total)
 
     def started(self, meta, trace_end):
-        self.label = f"replay {self.done + 1} of {self.total}: {_label(meta)}"
+        # compact, so an 80-column terminal keeps the bar, the times and the ETA whole
+        self.label = f"{self.done + 1}/{self.total} {meta['policy']}@{meta['capacity']:,}"
         self.progress.update(self.task, description=self.label, completed=self.done)
 
     def advanced(self, now, trace_end):
+        """The running replay's share is its simulated time of the last arrival's (past it, the
+        engine drains what is left: the text says how far, the bar waits at the replay's end)."""
         share = min(max(now / trace_end, 0.0), 1.0) if trace_end > 0 else 0.0
         self.progress.update(self.task, completed=self.done + share * 0.999,
-                             description=f"{self.label}, {now:,.0f} of {trace_end:,.0f} s simulated")
+                             description=f"{self.label} sim {now:,.0f}/{trace_end:,.0f} s")
 
     def finished(self, meta, seconds):
         self.done += 1

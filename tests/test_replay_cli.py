@@ -362,3 +362,23 @@ def test_report_synthetic_titles_and_repeated_policy_results(trace_path, tmp_pat
             assert "SYNTHETIC" in fig.title and "SYNTHETIC" in fig.layout["title"]["text"]
     code, _, err = cli("report", str(run), "--policy-results", str(a), "--policy-results", str(a), "-o", str(out))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "twice" in err
+
+
+def test_bar_on_a_terminal_counts_replays_and_simulated_time(trace_path):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from sitsprof.cli.progress import replay_progress
+    from sitsprof.policies.serving.summary import replay_document
+    from sitsprof.policies.traces.detect import read_trace
+
+    buf = StringIO()
+    trace = read_trace(str(trace_path))
+    with replay_progress(2, console=Console(file=buf, force_terminal=True, width=100)):
+        replay_document(trace, "t", "mooncake", policies="lru,fifo", capacities="3000", rate_scale=4.0)
+    text = buf.getvalue()
+    import re
+
+    assert "2/2 fifo@3,000 sim" in text and "ETA" in text
+    assert re.search(r"2/2 fifo@3,000 sim [\d,]+/[\d,]+ s", text)
