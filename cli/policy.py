@@ -430,7 +430,12 @@ def _keep_trace_block_tokens(ctx, param, value):
 @click.option("--trace-block-tokens", type=click.IntRange(min=1), default=None, expose_value=False,
               callback=_keep_trace_block_tokens, help="Tokens per block of the trace file (default: the format's).")
 @click.option("--rate-scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              help="Multiply the arrival rate (2 = twice the requests per second; 1e-6 = no overlap).")
+              help="Multiply the arrival rate (2 = twice the requests per second). At 1e-3 or below requests are "
+                   "served one at a time: same-time arrivals one after another.")
+@click.option("--scheduler-reserve-full-isl/--no-scheduler-reserve-full-isl", "reserve_full_isl", default=True,
+              show_default=True,
+              help="vLLM 0.33's admission: a waiting request is admitted only when its whole prompt (minus its "
+                   "prefix hits) fits; --no-... admits on its first chunk, as vLLM before 0.33.")
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
               help="Token budget per scheduler step.")
 @click.option("--max-num-seqs", type=click.IntRange(min=1), default=256, show_default=True,
@@ -485,7 +490,7 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
                max_num_seqs, calibration, model_name, seed, skip_bad_lines, fmt, as_json, window_s=None,
                threshold=False, threshold_windows=None, instances=None, routing=None, cache_threshold=0.5,
                router_ttl="120s", load_window="60s", balance_abs=32, balance_rel=1.0001, concurrency=None, isl=None,
-               osl=None, requests=None, weight_dtype=None, kv_dtype=None, tp=None) -> None:
+               osl=None, requests=None, weight_dtype=None, kv_dtype=None, tp=None, reserve_full_isl=True) -> None:
     """Serve TRACE's requests through a serving engine: arrivals at their timestamps, continuous batching,
     chunked prefill, the engine's prefix-cache rules, the policy ordering the evictable blocks."""
     replays = check_early(engine, policy_text, capacity_text, rate_scale)
@@ -511,7 +516,8 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
                        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                        calibration=calibration, model=model_name, seed=seed, window_s=window_s,
                        threshold=threshold or threshold_windows is not None,
-                       sits={"threshold_windows": threshold_windows} if threshold_windows else None)
+                       sits={"threshold_windows": threshold_windows} if threshold_windows else None,
+                       reserve_full_isl=reserve_full_isl)
         return
     if rb is None:
         trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
@@ -522,7 +528,7 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
                           calibration=calibration, model=model_name, seed=seed, window_s=window_s,
                           threshold=threshold or threshold_windows is not None,
                           sits={"threshold_windows": threshold_windows} if threshold_windows else None,
-                          reblocked=rb)
+                          reblocked=rb, reserve_full_isl=reserve_full_isl)
     add_verdict(doc)
     if as_json:
         emit_json(doc)

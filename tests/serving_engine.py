@@ -86,7 +86,7 @@ def to_reblocked(reblock_mod, requests, block_tokens: int):
 
 def engine_replay(requests, capacity: int, *, block_tokens: int = 16, max_num_batched_tokens: int = 8192,
                   max_num_seqs: int = 256, step_time: float | None = 1.0, engine: str = "vllm",
-                  policy: str = "lru") -> ref.Result:
+                  policy: str = "lru", reserve_full_isl: bool = True, serial: bool = False) -> ref.Result:
     """`step_time` None: the engine's own step model (default calibration and model, seed 0)."""
     bt = block_tokens
     rb, back = to_reblocked(reblock, requests, bt)
@@ -95,13 +95,14 @@ def engine_replay(requests, capacity: int, *, block_tokens: int = 16, max_num_ba
     with fixed:
         res = scheduler.run_replay(None, policy=policy, capacity=capacity, engine=engine, block_tokens=bt,
                                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                                   log_evictions=True, reblocked=rb)
+                                   log_evictions=True, reblocked=rb, reserve_full_isl=reserve_full_isl,
+                                   serial=serial)
     return _result(res, back, len(requests))
 
 
 def engine_replay_trace(trace, requests, capacity: int, *, block_tokens: int = 16, rate_scale: float = 1.0,
                         max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, step_time: float = 1.0,
-                        engine: str = "vllm", policy: str = "lru") -> ref.Result:
+                        engine: str = "vllm", policy: str = "lru", reserve_full_isl: bool = True) -> ref.Result:
     """The engine end to end on a `Trace` (its own re-blocking and --rate-scale), with a fixed
     step; its block ids are named back as the reference's `requests` (the same trace re-blocked
     by serving_reference.reblock_records) name them, position by position."""
@@ -121,7 +122,7 @@ def engine_replay_trace(trace, requests, capacity: int, *, block_tokens: int = 1
     with _fixed_steps(fixed_step_params(float(step_time), bt)):
         res = scheduler.run_replay(trace, policy=policy, capacity=capacity, engine=engine, block_tokens=bt,
                                    rate_scale=rate_scale, max_num_batched_tokens=max_num_batched_tokens,
-                                   max_num_seqs=max_num_seqs, log_evictions=True)
+                                   max_num_seqs=max_num_seqs, log_evictions=True, reserve_full_isl=reserve_full_isl)
     return _result(res, back, len(requests))
 
 

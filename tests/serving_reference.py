@@ -45,6 +45,14 @@ vLLM v1 scheduler (sched/scheduler.py `Scheduler.schedule`, FCFS policy):
   its cached prefix; num_new_tokens = num_tokens - computed (num_tokens counts the outputs of a
   resumed request), chunked to the budget; allocate_slots, and the first that cannot be
   allocated stops admission (`break`).
+- Admission gate, vLLM 0.33.0 (`SchedulerConfig.scheduler_reserve_full_isl = True`, passed by
+  the waiting loop as `allocate_slots(full_sequence_must_fit=...)`): allocate_slots first
+  checks that ceil(num_tokens / block) minus the hit blocks, plus the hit blocks that sit in
+  the free queue, is at most the free queue's length (`get_num_blocks_to_allocate(num_tokens=
+  request.num_tokens)`), i.e. the WHOLE known sequence fits, and only then the chunk.
+  `reserve_full_isl=False` is the rule before 0.33: the first chunk only.
+- `serial=True` is "one request at a time": a request joins the waiting queue only when nothing
+  runs and nothing waits, so requests that arrive together are served one after another.
 - After the step (update_from_output): a request whose computed tokens reach num_tokens
   samples one token; with output_tokens of them it finishes and frees its blocks. The last
   output token's KV is never written, so a request ends holding
@@ -435,7 +443,7 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
            max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
            step_time: float | Callable[[Step], float] = 1.0, engine: str = "vllm",
            duplicates: str = "vllm", fresh_first: bool = True, record_steps: bool = False,
-           observe: Callable | None = None) -> Result:
+           observe: Callable | None = None, reserve_full_isl: bool = True, serial: bool = False) -> Result:
     """Replay `requests` (in arrival order, ties by index) through the engine's rules.
 
     `observe(pool, running)`, when given, is called after each step is scheduled with the pool
@@ -489,6 +497,8 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
 
     while remaining:
         while nxt < len(order) and requests[order[nxt]].arrival <= now:
+            if serial and (running or waiting):
+                break
             q = reqs[order[nxt]]
             nxt += 1
             need = len(q.ids)
@@ -550,8 +560,11 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
                 hits = pool.lookup(q.ids, maxb) if q.computed == 0 else 0
                 new = min(q.num_tokens - hits * bt, budget)
                 need = ceil_div(hits * bt + new, bt) - hits
+                gate = need
+                if reserve_full_isl:  # the whole known sequence must fit before any chunk is
+                    gate = max(need, ceil_div(q.num_tokens, bt) - hits)
                 hit_ids = q.ids[:hits]
-                if not pool.can_allocate(hit_ids, need):
+                if not pool.can_allocate(hit_ids, gate):
                     blocked = (q, pool.free_events, budget, q.ids[hits] if hits < maxb else None)
                     break
                 blocked = None

@@ -95,11 +95,12 @@ def _compare(requests, capacity, *, block_tokens, step_time, engine="vllm", **kn
 MOONCAKE_CASES = [(2000, 64, 3000, 0.01), (300, 16, 6000, 0.01)]
 
 
+@pytest.mark.parametrize("full_isl", [True, False], ids=["full-isl", "first-chunk"])
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 @pytest.mark.parametrize("n,bt,capacity,step", MOONCAKE_CASES)
-def test_mooncake_engine_equals_reference(engine, n, bt, capacity, step):
+def test_mooncake_engine_equals_reference(engine, n, bt, capacity, step, full_isl):
     requests = ref.reblock_records(_mooncake_records(n), bt)
-    res = _compare(requests, capacity, block_tokens=bt, step_time=step, engine=engine)
+    res = _compare(requests, capacity, block_tokens=bt, step_time=step, engine=engine, reserve_full_isl=full_isl)
     # the case exercises the rules: hits, evictions, preemptions
     assert res.hit_blocks > 0 and len(res.evictions) > 1000 and res.preemptions > 0
 
@@ -108,12 +109,13 @@ GENERATED_CASES = [(0, 120.0, 16, 3000, 0.01, 8192, 256), (1, 240.0, 32, 1500, 0
                    (2, 120.0, 16, 600, 0.01, 2048, 16)]
 
 
+@pytest.mark.parametrize("full_isl", [True, False], ids=["full-isl", "first-chunk"])
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 @pytest.mark.parametrize("seed,duration,bt,capacity,step,budget,seqs", GENERATED_CASES)
-def test_generated_engine_equals_reference(engine, seed, duration, bt, capacity, step, budget, seqs):
+def test_generated_engine_equals_reference(engine, seed, duration, bt, capacity, step, budget, seqs, full_isl):
     requests = ref.reblock_records(_generated_records(seed, duration), bt)
     res = _compare(requests, capacity, block_tokens=bt, step_time=step, engine=engine,
-                   max_num_batched_tokens=budget, max_num_seqs=seqs)
+                   max_num_batched_tokens=budget, max_num_seqs=seqs, reserve_full_isl=full_isl)
     assert res.hit_blocks > 0 and res.evictions and res.preemptions > 0
     if capacity <= 600:
         assert res.rejected > 0  # requests larger than the pool are reported, not half-cached
@@ -163,8 +165,10 @@ def test_mooncake_under_the_engine_step_model(n, bt, capacity):
     assert a.preemptions > 0 and len({round(o.finish_time - o.first_token_time, 9) for o in a.requests}) > 100
 
 
+@pytest.mark.parametrize("rules", [dict(reserve_full_isl=True), dict(reserve_full_isl=False),
+                                   dict(reserve_full_isl=True, serial=True)], ids=["full-isl", "first-chunk", "serial"])
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
-def test_random_small_workloads_engine_equals_reference(engine):
+def test_random_small_workloads_engine_equals_reference(engine, rules):
     import numpy as np
 
     rng = np.random.default_rng(11)
@@ -172,13 +176,15 @@ def test_random_small_workloads_engine_equals_reference(engine):
     for case in range(300):
         requests, capacity, knobs = ref.random_case(rng)
         a = ref.replay(requests, capacity, engine=engine, duplicates="single" if engine == "vllm" else "vllm",
-                       **knobs)
-        b = engine_replay(requests, capacity, engine=engine, **knobs)
+                       **knobs, **rules)
+        b = engine_replay(requests, capacity, engine=engine, **knobs, **rules)
         diff = _first_difference(a, b)
         assert diff is None, f"case {case} (capacity {capacity}, {knobs}, {requests}): {diff}"
         exercised["preempted"] += a.preemptions > 0
         exercised["rejected"] += a.rejected > 0
         exercised["evicted"] += len(a.evictions) > 0
+    if rules.get("serial"):  # one request at a time never runs out of blocks: it is not rejected
+        assert exercised.pop("preempted") == 0, exercised
     assert min(exercised.values()) >= 20, exercised
 
 

@@ -301,7 +301,8 @@ def aggregate_row(routes: Routes, results: list, policy: str, capacity: int) -> 
 def routed_document(trace, path, fmt, instances: int, routing: str = "round-robin", engine="vllm", policies="lru",
                     capacities="10%", block_tokens=16, rate_scale=1.0, max_num_batched_tokens=8192,
                     max_num_seqs=256, calibration=None, model=None, seed=0,
-                    settings: RouterSettings | None = None, window_s=None, threshold=False, sits=None) -> dict:
+                    settings: RouterSettings | None = None, window_s=None, threshold=False, sits=None,
+                    reserve_full_isl=True) -> dict:
     """`policy replay --instances N`'s document: per-instance `replay` rows and the `routing`
     object with one aggregate row per (policy, capacity) (docs/policy-results.md)."""
     from ..engine.capacity import parse_capacities
@@ -323,7 +324,7 @@ def routed_document(trace, path, fmt, instances: int, routing: str = "round-robi
                                          rate_scale=rate_scale, seed=seed, engine=engine,
                                          block_tokens=block_tokens, max_num_batched_tokens=max_num_batched_tokens,
                                          max_num_seqs=max_num_seqs, calibration=calibration, model=model,
-                                         **adaptive)
+                                         reserve_full_isl=reserve_full_isl, **adaptive)
             for i, res in enumerate(results):
                 if res is None:
                     continue
@@ -333,7 +334,7 @@ def routed_document(trace, path, fmt, instances: int, routing: str = "round-robi
             agg.append(aggregate_row(routes, results, policy, cap))
     return engine_document(trace, path, fmt, rb, rows, engine=engine, block_tokens=block_tokens,
                            rate_scale=rate_scale, max_num_batched_tokens=max_num_batched_tokens,
-                           max_num_seqs=max_num_seqs,
+                           max_num_seqs=max_num_seqs, reserve_full_isl=reserve_full_isl,
                            routing={"routing": routing, "instances": int(instances), **s.as_dict(),
                                     "aggregate": agg})
 

@@ -8,7 +8,9 @@ windows a driver may change the evictor (adaptive.py: SITS and the threshold eng
 Each step (vLLM v1 `Scheduler.schedule`, FCFS):
 1. Requests that arrived by now (trace time / rate scale) join the back of the waiting queue;
    one that needs more blocks than the pool has (ceil((prompt + output - 1) / block_tokens),
-   the KV it holds at its end) is REJECTED: counted, never scheduled.
+   the KV it holds at its end) is REJECTED: counted, never scheduled. One request at a time
+   (RULE_SERIAL, --rate-scale <= SERIAL_RATE_SCALE): a request joins only when nothing runs
+   or waits, so same-time arrivals are served one after another.
 2. Running requests, oldest first, each get their next tokens: the rest of the prompt (and of
    any output recomputed after a preemption), chunked to the step's token budget
    (`max_num_batched_tokens`), else one decode token. Their new blocks are allocated; when
@@ -19,7 +21,12 @@ Each step (vLLM v1 `Scheduler.schedule`, FCFS):
 3. Unless step 2 preempted, waiting requests are admitted in order while fewer than
    `max_num_seqs` run and budget is left: each looks up its cached prefix (pool.lookup), and
    is admitted when its hit blocks are pinned and its first chunk's new blocks allocated;
-   the first that cannot be is left at the front and admission stops for this step.
+   the first that cannot be is left at the front and admission stops for this step. With
+   RULE_FULL_ISL (vLLM 0.33's default, `scheduler_reserve_full_isl=True`, passed as
+   `full_sequence_must_fit` to `KVCacheManager.allocate_slots`) it is admitted only when blocks
+   for its WHOLE known sequence (prompt, plus outputs of a preempted request) minus its hits
+   are available, not just its first chunk's; without it (vLLM before 0.33, or
+   `--no-scheduler-reserve-full-isl`) only the first chunk's.
 4. The step takes `step_seconds(...)` (latency.py); then every scheduled request's computed
    tokens advance; one that has computed all its known tokens samples one more output
    token (the first one is its TTFT); one with all `output_tokens` finishes and frees its
@@ -103,6 +110,14 @@ N_STATS = 16
 # running requests, next arrival, requests finished or rejected, next closed-loop request to issue
 SI_WH, SI_WN, SI_NRUN, SI_NXT, SI_DONE, SI_ISSUE = range(6)
 N_SI = 8
+# `rules` bits: vLLM 0.33's whole-sequence admission gate; one request at a time
+RULE_FULL_ISL, RULE_SERIAL = 1, 2
+# --rate-scale at or below this serves requests one at a time (RULE_SERIAL): at such rates
+# requests with different timestamps never overlap, and same-time arrivals are queued one
+# after another instead of joining one step
+SERIAL_RATE_SCALE = 1e-3
+# the vLLM release whose scheduler defaults the replay follows (admission: full_sequence_must_fit)
+VLLM_VERSION = "0.33.0"
 
 
 @njit(cache=True)
@@ -113,12 +128,18 @@ def _ceil_div(a, b):
 @njit(cache=True)
 def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arrival, bt, max_batched, max_seqs, mode,
            ref_ids, ref_off, ref_hit, lat_params, rng_state, terms,
-           t_sched, t_first, t_done, hit_blocks, n_preempt, status, stats, rq, wq, run, sched, clock, si, t_stop):
+           t_sched, t_first, t_done, hit_blocks, n_preempt, status, stats, rq, wq, run, sched, clock, si, t_stop,
+           rules):
     """Run steps from the state in (rq, wq, run, clock, si; `new_run_state`) until the trace is
     done or simulated time reaches `t_stop` (checked before each step, so a window ends at a
     step boundary at or after t_stop); the state is stored back, so the next call resumes
-    exactly where this one stopped. Returns the simulated time reached."""
+    exactly where this one stopped. `rules` is a bit set: RULE_FULL_ISL admits a waiting request
+    only when blocks for its whole known sequence fit (vLLM 0.33's default), RULE_SERIAL lets a
+    request arrive only when nothing runs or waits (one request at a time). Returns the
+    simulated time reached."""
     ref, cached, kind, pc, ev_log = pool
+    full_isl = (rules & RULE_FULL_ISL) != 0
+    serial = (rules & RULE_SERIAL) != 0
     n = prompt.shape[0]
     capacity = pc[CAPACITY]
     comp = rq[0]  # tokens computed (KV written)
@@ -138,6 +159,8 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
             break
         # 1. arrivals
         while nxt < n and arrival[nxt] <= now:
+            if serial and (n_run > 0 or wn > 0):
+                break
             need = offsets[nxt + 1] - offsets[nxt]
             if mode == 0 and need > capacity:
                 status[nxt] = REJECTED
@@ -256,7 +279,10 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                         new = budget
                     total = _ceil_div(hits * bt + new, bt)
                     need = total - hits
-                    if available(pc) - evictable_among(ids, b0, hits, ref) < need:
+                    gate = need
+                    if full_isl:  # the whole known sequence must fit, not just this chunk
+                        gate = max(need, _ceil_div(known, bt) - hits)
+                    if available(pc) - evictable_among(ids, b0, hits, ref) < gate:
                         stats[ST_POOL_BLOCKED] += 1
                         break
                     if engine == SGLANG:
@@ -355,6 +381,14 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
     return now
 
 
+def admission_rules(reserve_full_isl: bool, serial: bool) -> dict:
+    """What the results say of the scheduler rules a replay followed."""
+    return {"vllm_version": VLLM_VERSION, "scheduler_reserve_full_isl": bool(reserve_full_isl),
+            "admission": ("whole sequence must fit (full_sequence_must_fit)" if reserve_full_isl
+                          else "first chunk must fit (vLLM before 0.33)"),
+            "one_request_at_a_time": bool(serial)}
+
+
 def new_run_state(n: int):
     """The scheduler state `replay` resumes from, before the first step: per-request counters
     rq (computed tokens, sampled outputs, blocks held, blocks registered), the waiting ring wq,
@@ -443,6 +477,7 @@ class ReplayResult:
             "term_share": {k: (float(v) / total_terms if total_terms > 0 else 0.0)
                            for k, v in zip(("compute", "memory", "refetch", "overhead", "allreduce"), self.terms)},
             "latency_model": self.latency_model,
+            "rules": self.extra.get("rules"),
         }
         warnings = []
         if st[ST_PREEMPTIONS] or st[ST_POOL_BLOCKED]:
@@ -460,14 +495,18 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "
                rate_scale: float = 1.0, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
                calibration=None, model=None, seed: int = 0, all_evictable: bool = False,
                log_evictions: bool = False, reblocked=None, driver=None, window_s: float | None = None,
-               threshold: bool = False, sits: dict | None = None, step_profile: dict | None = None) -> ReplayResult:
+               threshold: bool = False, sits: dict | None = None, step_profile: dict | None = None,
+               reserve_full_isl: bool = True, serial: bool | None = None) -> ReplayResult:
     """Replay `trace` through the serving engine (module docstring); `all_evictable` is the
     no-pinning check mode (every reference a kernel reference). `driver(run, meta)` (a
     ReplayRun and what `ReplayRun.result` needs) drives the run window by window and returns
     the ReplayResult (adaptive.py's SITS / threshold drivers); None runs it in one call.
     -p sits runs adaptive.py's controller every `window_s` simulated seconds (default
     adaptive.WINDOW_S); `threshold` serves LIRS until the threshold engine switches to SITS;
-    `sits` holds SitsConfig fields and threshold_windows / _budget_ms / _horizon_s."""
+    `sits` holds SitsConfig fields and threshold_windows / _budget_ms / _horizon_s.
+    `reserve_full_isl` is vLLM 0.33's admission gate (the whole sequence must fit; False: the
+    first chunk only, as vLLM before it); `serial` serves one request at a time (None: when
+    rate_scale <= SERIAL_RATE_SCALE)."""
     import time as _time
 
     from .evictors import LIRS, POLICY_IDS, S3FIFO, SITS
@@ -518,9 +557,13 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "
     if engine == "sglang" and all_evictable:
         raise ReplayError("the all-evictable check mode is the vLLM pool's; use engine='vllm'")
     R = new_radix(n_ids, engine == "sglang")
+    if serial is None:
+        serial = rate_scale <= SERIAL_RATE_SCALE
+    rules = (RULE_FULL_ISL if reserve_full_isl else 0) | (RULE_SERIAL if serial else 0)
     run = ReplayRun(pid, S, pool, SGLANG if engine == "sglang" else VLLM, R, rb, arrival, max_num_batched_tokens,
-                    max_num_seqs, mode, ref_hit, model_obj.params, rng_state, terms)
+                    max_num_seqs, mode, ref_hit, model_obj.params, rng_state, terms, rules)
     meta = {"engine": engine, "policy": policy, "capacity": int(capacity), "rate_scale": float(rate_scale),
+            "rules": admission_rules(reserve_full_isl, serial),
             "log_evictions": log_evictions,
             "latency_model": getattr(model_obj, "description", type(model_obj).__name__)}
     from . import watch
@@ -543,11 +586,12 @@ class ReplayRun:
     adaptive drivers in adaptive.py do); a run cut into windows equals the one-call run."""
 
     def __init__(self, pid, S, pool, engine_id, R, rb, arrival, max_batched, max_seqs, mode, ref_hit, lat_params,
-                 rng_state, terms):
+                 rng_state, terms, rules=RULE_FULL_ISL):
         n = rb.n_requests
         self.pid, self.S, self.pool, self.engine_id, self.R, self.rb = pid, S, pool, engine_id, R, rb
         self.arrival, self.max_batched, self.max_seqs, self.mode = arrival, max_batched, max_seqs, mode
         self.ref_hit, self.lat_params, self.rng_state, self.terms = ref_hit, lat_params, rng_state, terms
+        self.rules = int(rules)
         self.t_sched = np.full(n, -1.0)
         self.t_first = np.full(n, -1.0)
         self.t_done = np.full(n, -1.0)
@@ -597,7 +641,7 @@ class ReplayRun:
                      self.max_seqs, self.mode, rb.ref_ids, rb.ref_offsets, self.ref_hit, self.lat_params,
                      self.rng_state, self.terms, self.t_sched, self.t_first, self.t_done, self.hit_blocks,
                      self.n_preempt, self.status, self.stats, self.rq, self.wq, self.run, self.sched, self.clock,
-                     self.si, float(t_stop))
+                     self.si, float(t_stop), self.rules)
 
     def result(self, meta: dict, seconds: float) -> ReplayResult:
         rb = self.rb
@@ -609,7 +653,8 @@ class ReplayRun:
             t_done=self.t_done, hit_blocks=self.hit_blocks, n_preempt=self.n_preempt, status=self.status,
             prompt_tokens=rb.prompt_tokens, output_tokens=rb.output_tokens, n_full=rb.n_full, stats=self.stats,
             pool_counters=pc.copy(), terms=self.terms, end_s=self.now, seconds=seconds, evictions_log=ev_log,
-            ref_hit=self.ref_hit if self.mode else None, latency_model=meta["latency_model"])
+            ref_hit=self.ref_hit if self.mode else None, latency_model=meta["latency_model"],
+            extra={"rules": meta["rules"]} if "rules" in meta else {})
 
 
 def _series(res: ReplayResult, bins: int = 100) -> list[dict]:

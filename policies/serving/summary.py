@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..engine.capacity import parse_capacities
 from ..engine.results import document, trace_summary
 from .reblock import reblock
-from .scheduler import replay_row, run_replay
+from .scheduler import SERIAL_RATE_SCALE, admission_rules, replay_row, run_replay
 from .slo import offered_rate
 
 
@@ -35,9 +35,11 @@ def sits_options(names: list[str], window_s=None, threshold=False, sits=None) ->
 
 def replay_document(trace, path, fmt, engine="vllm", policies="lru", capacities="10%", block_tokens=16,
                     rate_scale=1.0, max_num_batched_tokens=8192, max_num_seqs=256, calibration=None, model=None,
-                    seed=0, window_s=None, threshold=False, sits=None, reblocked=None) -> dict:
+                    seed=0, window_s=None, threshold=False, sits=None, reblocked=None,
+                    reserve_full_isl=True) -> dict:
     """`window_s`, `threshold` and `sits` (SitsConfig fields, threshold_*) drive -p sits only;
-    `reblocked`: the trace already re-blocked (workload.py's closed loop sets its arrivals)."""
+    `reblocked`: the trace already re-blocked (workload.py's closed loop sets its arrivals);
+    `reserve_full_isl` is vLLM 0.33's admission gate (scheduler.run_replay)."""
     names = _policies(policies)
     sits_args = sits_options(names, window_s, threshold, sits)
     rb = reblocked if reblocked is not None else reblock(trace, block_tokens)
@@ -48,16 +50,17 @@ def replay_document(trace, path, fmt, engine="vllm", policies="lru", capacities=
         for cap in caps:
             res = run_replay(trace, policy, cap, engine=engine, block_tokens=block_tokens, rate_scale=rate_scale,
                              max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                             calibration=calibration, model=model, seed=seed, reblocked=rb, **adaptive)
+                             calibration=calibration, model=model, seed=seed, reblocked=rb,
+                             reserve_full_isl=reserve_full_isl, **adaptive)
             rows.append(replay_row(res))
             rows[-1]["offered_requests_per_s"] = offered_rate(res.arrival)  # slo.py's saturation test
     return engine_document(trace, path, fmt, rb, rows, engine=engine, block_tokens=block_tokens,
                            rate_scale=rate_scale, max_num_batched_tokens=max_num_batched_tokens,
-                           max_num_seqs=max_num_seqs)
+                           max_num_seqs=max_num_seqs, reserve_full_isl=reserve_full_isl)
 
 
 def engine_document(trace, path, fmt, rb, rows, *, engine, block_tokens, rate_scale, max_num_batched_tokens,
-                    max_num_seqs, **fields) -> dict:
+                    max_num_seqs, reserve_full_isl=True, **fields) -> dict:
     """The policy-results document of serving replays `rows` of `trace` (re-blocked `rb`), with
     `fields` (routing.py's `routing`) beside `trace`, `engine` and `replay`."""
     summary = trace_summary(trace, path, fmt)
@@ -67,7 +70,8 @@ def engine_document(trace, path, fmt, rb, rows, *, engine, block_tokens, rate_sc
     return document([], trace=summary, replay=rows,
                     engine={"engine": engine, "block_tokens": int(block_tokens), "rate_scale": float(rate_scale),
                             "max_num_batched_tokens": int(max_num_batched_tokens),
-                            "max_num_seqs": int(max_num_seqs)}, **fields)
+                            "max_num_seqs": int(max_num_seqs),
+                            **admission_rules(reserve_full_isl, rate_scale <= SERIAL_RATE_SCALE)}, **fields)
 
 
 def _s(v) -> str:
