@@ -60,6 +60,9 @@ def test_predicted_rows_carry_shares_and_aic(doc):
         assert abs(sum(r["term_share"].values()) - 1.0) < 1e-9
         assert r["ttft_error"] == pytest.approx(r["predicted_ttft_ms"] / r["measured_ttft_ms"] - 1)
         assert (r["aic_ttft_ms"], r["aic_tpot_ms"]) == aic[r["id"]][:2]
+        # the profiled step model prices the TP all-reduce, and only where there is TP
+        assert (r["term_share"]["allreduce"] > 0) == (r["tp"] > 1), r["id"]
+        assert "per-op profile" in r["latency_model"]
 
 
 def test_kv_pool_from_memory_by_hand():
