@@ -204,6 +204,46 @@ def _read(run, name: str, kind: str = "probe"):
     return run.read_table(name, kind)
 
 
+#: Name endings of the columns that hold numbers in every table sitsprof writes (docs/run-directory.md).
+_NUMERIC_SUFFIXES = ("_ns", "_cycles", "_bytes", "_mhz", "_gbs", "_s", "_w", "_c", "_pct", "_fraction", "_sms",
+                     "_blocks", "_sm")
+_NUMERIC_ROLES = ("footprint", "stride", "latency", "intensity", "throttle", "achieved_gbs", "level", "fraction",
+                  "time")
+
+
+def _meant_numeric(frame, name: str) -> bool:
+    known = {c for role in _NUMERIC_ROLES for c in COLUMNS[role]}
+    return name in known or str(name).endswith(_NUMERIC_SUFFIXES)
+
+
+def _as_numbers(res: RunAnalysis, frame, where: str, required=()):
+    """`frame` with every column meant to hold numbers (by name, or because most of its values
+    are numbers) as numbers: text in it (a damaged or hand-edited table: `latency_cycles` "abc")
+    becomes NaN, counted in the notes, instead of a TypeError deep in the analysis. Rows with
+    no number in a `required` column are left out."""
+    import pandas as pd
+
+    converted = {}
+    for name in frame.columns:
+        if frame[name].dtype.kind in "fiub":
+            continue
+        values = pd.to_numeric(frame[name], errors="coerce")
+        bad = int(values.isna().sum() - frame[name].isna().sum())
+        if not _meant_numeric(frame, name) and bad * 2 > len(frame):
+            continue  # a text column (variant, kernel, access, ...)
+        converted[name] = values.astype(np.float64)
+        if bad:
+            res.notes.append(f"{where}: {bad} of {len(frame)} values of {name} are not numbers and are left out")
+    if converted:
+        frame = frame.assign(**converted)
+    keys = [c for c in required if c in frame.columns]
+    if keys:
+        missing = frame[keys].isna().any(axis=1).to_numpy()
+        if missing.any():
+            frame = frame[~missing]
+    return frame
+
+
 #: Roles whose columns every row needs as a number (a group key or the measurement itself).
 _KEY_ROLES = ("footprint", "stride", "latency", "level", "fraction")
 _WILD = 1e30  # beyond anything a probe measures (cycles, ns, bytes, GB/s); squares still fit a float
@@ -440,13 +480,15 @@ def _replacement(res: RunAnalysis, frame) -> None:
 
 #: Sampler columns that are bookkeeping, not measurements (docs/run-directory.md).
 SAMPLER_SKIP = {"t_ns", "tick", "read_ns", "gpu_start_ns", "gpu_end_ns", "clock_event_reasons", "t_s", "time_s"}
+_TIME_COLUMNS = ("t_ns", "gpu_start_ns", *COLUMNS["time"])
 
 
 def sampler_times_ns(frame, meta: dict) -> np.ndarray | None:
     """Monotonic ns of each sampler row: `t_ns`, or CUPTI's GPU `gpu_start_ns` minus the measured
     globaltimer offset (clock_sync.globaltimer.offset_ns); None when neither is usable."""
     if "t_ns" in frame.columns:
-        return frame["t_ns"].to_numpy(dtype=np.int64)
+        t = frame["t_ns"].to_numpy()
+        return t.astype(np.int64) if t.dtype.kind != "f" or np.isfinite(t).all() else None
     if "gpu_start_ns" in frame.columns:
         sync = (meta.get("clock_sync") or {}).get("globaltimer") or {}
         if sync.get("available") and _plausible(sync.get("offset_ns"), -(2**62), 2**62):
@@ -467,6 +509,7 @@ def _samplers(res: RunAnalysis, run) -> None:
         except DamagedTableError as exc:  # the rest of the run is still worth reading
             res.notes.append(f"sampler {name}: not plotted: {exc}")
             continue
+        frame = _as_numbers(res, frame, f"samplers/{name}.parquet", required=_TIME_COLUMNS)
         t = sampler_times_ns(frame, res.meta) if len(frame) else None
         if t is None:
             res.notes.append(f"sampler {name}: no usable time column, not plotted")
@@ -557,7 +600,7 @@ def analyze_run(run_or_path) -> RunAnalysis:
             res.missing[part] = str(exc)
             continue
         if frame is not None:
-            frame = _numbers_only(res, frame, table)
+            frame = _numbers_only(res, _as_numbers(res, frame, f"probes/{table}.parquet"), table)
         if frame is None or len(frame) == 0:
             # A `sitsprof record` run profiles the user's command: it has no probes by design.
             if part not in OPTIONAL_PARTS and meta.get("kind") != "record":

@@ -48,7 +48,8 @@ def check_figures(run) -> dict:
     published, published_mhz = published_plateaus()
     clocks = res.meta.get("clocks") if isinstance(res.meta.get("clocks"), dict) else {}
     applied = clocks.get("applied") if isinstance(clocks.get("applied"), dict) else {}
-    out: dict = {"synthetic": bool(res.synthetic), "clock_mhz": res.meta.get("sm_clock_mhz"),
+    # clock_mhz: the run's SM clock as a number, or None (meta.json may hold text there)
+    out: dict = {"synthetic": bool(res.synthetic), "clock_mhz": res.sm_mhz,
                  "published_mhz": published_mhz,
                  "nvml_sm_mhz": applied.get("sm_mhz"), "clock_mode": clocks.get("mode"),
                  "tiers": [], "hbm_ns": None, "copy": None, "loaded": None, "missing": []}

@@ -18,6 +18,11 @@ never written), and the private ones are numbered after every shared id.
 
 `block_tokens` must divide the trace's block size (fine blocks never straddle a coarse
 boundary); equal to it, fine == coarse.
+
+Inputs the arrays cannot hold are refused in one line before the kernel runs (`_check_sizes`):
+a reference carrying more tokens than its block holds (an oracleGeneral `obj_size` near 2^31
+made the kernel write past its arrays: a segmentation fault), and a trace whose requests need
+more KV blocks than int32 ids number (a Mooncake `output_length` of 2^62 ended in MemoryError).
 """
 from __future__ import annotations
 
@@ -28,6 +33,9 @@ import numpy as np
 from sitsprof.common.jit import njit
 
 from ..errors import ServingReplayError as ReblockError
+
+#: Ids are int32: every block of every request must be numbered below this.
+MAX_IDS = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -150,9 +158,42 @@ def reblock(trace, block_tokens: int = 16, default_output: int = 1) -> Reblocked
     first = req_offsets[:-1]
     time = np.asarray(trace.time, dtype=np.float64)
     arrival = time[np.minimum(first, max(len(time) - 1, 0))] if len(time) else np.zeros(0)
-    offsets, ids, full, prompt, ref_ids, ref_off, n_shared, n_ids = _reblock(
-        np.ascontiguousarray(trace.block, dtype=np.int32), tokens, req_offsets, out,
-        np.int64(coarse // block_tokens), np.int64(block_tokens), np.int64(trace.n_blocks))
+    _check_sizes(tokens, req_offsets, out, coarse, block_tokens)
+    try:
+        offsets, ids, full, prompt, ref_ids, ref_off, n_shared, n_ids = _reblock(
+            np.ascontiguousarray(trace.block, dtype=np.int32), tokens, req_offsets, out,
+            np.int64(coarse // block_tokens), np.int64(block_tokens), np.int64(trace.n_blocks))
+    except MemoryError:
+        raise ReblockError(f"the trace's {n:,} requests need more memory for their KV blocks than this machine "
+                           f"has (at {block_tokens} tokens a block); replay a part of it, or raise "
+                           "--block-tokens") from None
     return Reblocked(offsets=offsets, ids=ids, n_full=full, prompt_tokens=prompt, output_tokens=out,
                      arrival=np.ascontiguousarray(arrival), n_shared=int(n_shared), n_ids=int(n_ids),
                      block_tokens=int(block_tokens), ref_ids=ref_ids, ref_offsets=ref_off)
+
+
+def _check_sizes(tokens, req_offsets, out, coarse: int, block_tokens: int) -> None:
+    """Refuse, naming the first offender, what `_reblock`'s arrays cannot hold (module docstring).
+    Sums are taken in float64: an int64 sum of such sizes would wrap around instead."""
+    if len(tokens) and int(tokens.max()) > coarse:
+        i = int(np.argmax(tokens > coarse))
+        request = int(np.searchsorted(req_offsets, i, side="right")) - 1
+        raise ReblockError(
+            f"request {request} (reference {i}) carries {int(tokens[i]):,} tokens in one {coarse}-token block: "
+            f"a block holds at most {coarse} (an oracleGeneral obj_size is the reference's tokens); "
+            "fix or drop those records")
+    if not len(out):
+        return
+    ends = np.asarray(req_offsets[1:], dtype=np.int64)
+    starts = np.asarray(req_offsets[:-1], dtype=np.int64)
+    cum = np.concatenate(([0.0], np.cumsum(tokens, dtype=np.float64)))
+    prompt = cum[ends] - cum[starts]
+    need = np.ceil((prompt + out.astype(np.float64) - 1) / block_tokens)
+    refs = float(np.ceil(tokens / block_tokens).sum()) if len(tokens) else 0.0
+    if need.sum() + refs < MAX_IDS:
+        return
+    r = int(np.argmax(need))
+    raise ReblockError(
+        f"the trace's requests need {need.sum() + refs:,.0f} KV blocks of {block_tokens} tokens, more than the "
+        f"replay can number ({MAX_IDS:,}); the largest, request {r}, has {int(prompt[r]):,} prompt and "
+        f"{int(out[r]):,} output tokens: check its output_length, or replay a part of the trace")

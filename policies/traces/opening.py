@@ -9,7 +9,9 @@ misread. This is the one place that knows compression.
 `resolve(path)` turns the name of a bundled trace (`bundled:mooncake`, see `BUNDLED`) into
 the file shipped in the package, and `-` (standard input, as libCacheSim's tools take it)
 into a temporary copy of everything on stdin, made once per process, so format detection
-sniffs its first bytes and the readers open it as often as they need (removed at exit);
+sniffs its first bytes and the readers open it as often as they need (removed at exit). A path
+that is a pipe (`<(zstd -dc t.jsonl.zst)`, /dev/fd/63, a named FIFO) is read the same way: it can
+be read only once, and detection's sniff used to eat its head, so the readers found it "empty";
 `inner_name(path)` is the file name without its compression suffix, which format detection
 goes by (`trace.jsonl.gz` is JSONL).
 """
@@ -52,6 +54,7 @@ def _zstd_error_types() -> tuple[type[BaseException], ...]:
 #: What a damaged compressed stream raises besides OSError (gzip.BadGzipFile is one).
 DECOMPRESS_ERRORS = (EOFError, lzma.LZMAError, zlib.error) + _zstd_error_types()
 _stdin_copy: Path | None = None
+_pipe_copies: dict[str, Path] = {}  # pipe path -> its copy, made once per process
 
 
 def _open_zstd(path, mode: str = "rb"):
@@ -70,9 +73,49 @@ _OPENERS = {"gzip": gzip.open, "xz": lzma.open, "bz2": bz2.open, "zstd": _open_z
 
 
 def _remove_stdin_copy() -> None:
-    if _stdin_copy is not None:
-        _stdin_copy.unlink(missing_ok=True)
-        _stdin_copy.parent.rmdir()
+    for copy in ([_stdin_copy] if _stdin_copy is not None else []) + list(_pipe_copies.values()):
+        copy.unlink(missing_ok=True)
+        try:
+            copy.parent.rmdir()
+        except OSError:
+            pass
+    _pipe_copies.clear()
+
+
+def _copy_stream(stream, name: str) -> Path:
+    """All of `stream` in a temporary file `name`, in a folder of its own (removed at exit), so
+    messages name the copy ".../NAME:LINE" and no suffix misleads detection."""
+    copy = Path(tempfile.mkdtemp(prefix="sitsprof-")) / name
+    with open(copy, "wb") as out:
+        while chunk := stream.read(1 << 20):
+            out.write(chunk)
+    if _stdin_copy is None and not _pipe_copies:
+        atexit.register(_remove_stdin_copy)
+    return copy
+
+
+def _is_pipe(path: Path) -> bool:
+    """True for a FIFO or a socket (a shell's `<(...)`): data that can be read only once."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):  # missing, or a name no file can have: the reader says so
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def pipe_copy(path: Path) -> Path:
+    """The temporary file holding all of the pipe `path` (read once per process)."""
+    key = str(path)
+    if key not in _pipe_copies or not _pipe_copies[key].exists():
+        try:
+            with open(path, "rb") as stream:
+                _pipe_copies[key] = _copy_stream(stream, "pipe")
+        except OSError as exc:
+            raise TraceFormatError(path, f"cannot read the pipe: {exc.strerror or exc}",
+                                   fix="give a file, or the trace on standard input as -") from None
+    return _pipe_copies[key]
 
 
 def stdin_copy(stream=None) -> Path:
@@ -84,19 +127,13 @@ def stdin_copy(stream=None) -> Path:
     if stream.isatty():
         raise TraceFormatError("<stdin>", "no trace on standard input (it is a terminal)",
                                fix="pipe a trace in, e.g. zstd -dc t.jsonl.zst | sitsprof policy simulate -")
-    # A folder of its own, so messages name the copy ".../stdin:LINE" and no suffix misleads detection.
-    copy = Path(tempfile.mkdtemp(prefix="sitsprof-")) / "stdin"
-    with open(copy, "wb") as out:
-        while chunk := stream.read(1 << 20):
-            out.write(chunk)
-    if _stdin_copy is None:
-        atexit.register(_remove_stdin_copy)
-    _stdin_copy = copy
+    _stdin_copy = _copy_stream(stream, "stdin")
     return _stdin_copy
 
 
 def resolve(path) -> Path:
-    """`path` as a Path, with `bundled:<name>` replaced by the shipped file and `-` by a copy of stdin."""
+    """`path` as a Path, with `bundled:<name>` replaced by the shipped file, and `-` and a pipe
+    by a copy of what they hold."""
     text = str(path)
     if text == STDIN:
         return stdin_copy()
@@ -106,7 +143,8 @@ def resolve(path) -> Path:
             raise TraceFormatError(text, f"no bundled trace named {name!r}",
                                    fix="bundled traces: " + ", ".join(BUNDLED_PREFIX + n for n in BUNDLED))
         return BUNDLED[name]
-    return Path(path)
+    path = Path(path)
+    return pipe_copy(path) if _is_pipe(path) else path
 
 
 def compression(path) -> str | None:
