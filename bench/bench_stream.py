@@ -149,7 +149,8 @@ def child(code: str, *args) -> dict:
     if proc.returncode:
         raise SystemExit(f"child failed ({proc.returncode}): {args}")
     row = json.loads(out.decode().strip().splitlines()[-1])
-    row.update(wall_s=wall, peak_mb=row["vmhwm_kb"] / 1024, ru_maxrss_mb=usage.ru_maxrss / 1024)
+    row.update(wall_s=wall, peak_mb=row["vmhwm_kb"] / 1024, ru_maxrss_mb=usage.ru_maxrss / 1024,
+               process_cpu_s=usage.ru_utime + usage.ru_stime)  # the whole process's CPU: robust to a loaded machine
     return row
 
 
@@ -226,6 +227,8 @@ def main() -> None:
               f"{'' if agree else '  DIFFER'}", flush=True)
         print(f"         ours: read+factorise {ours['read_s']:.1f} s, kernel {ours['kernel_s']:.1f} s, "
               f"CPU {ours['cpu_s']:.1f} s", flush=True)
+        print(f"         whole-process CPU: ours {ours['process_cpu_s']:.1f} s, libCacheSim "
+              f"{theirs['process_cpu_s']:.1f} s ({theirs['process_cpu_s'] / ours['process_cpu_s']:.2f}x)", flush=True)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(rows, indent=1))
     if not args.keep:

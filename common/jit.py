@@ -110,7 +110,6 @@ class LazyKernel:
         self._options = options
         self._make = make  # builds something other than a dispatcher (a numba intrinsic: common/prefetch.py)
         self._dispatcher = None
-        self._on_build: list[Callable] = []
         self.__name__ = getattr(func, "__name__", "kernel")
         self.__qualname__ = getattr(func, "__qualname__", self.__name__)
         self.__module__ = getattr(func, "__module__", None)
@@ -131,16 +130,6 @@ class LazyKernel:
             _bind_all()
         return d
 
-    def after_build(self, callback: Callable) -> None:
-        """Call `callback(dispatcher)` once numba's dispatcher exists, before it is first called
-        (at once if it exists): what must see the dispatcher without importing numba now
-        (the serving replay drops a stale on-disk cache here)."""
-        with _lock:
-            if self._dispatcher is None:
-                self._on_build.append(callback)
-                return
-        callback(self._dispatcher)
-
     def __call__(self, *args, **kwargs):
         if self._make is not None:
             return self.py_func(*args, **kwargs)  # an intrinsic exists only inside compiled code
@@ -152,7 +141,7 @@ class LazyKernel:
 
     def __getattr__(self, name: str) -> Any:
         # Dispatcher attributes (_cache, signatures, overloads, compile, stats...): compiled.
-        if name.startswith("__") or name in ("_dispatcher", "_args", "_options", "_make", "_on_build", "py_func"):
+        if name.startswith("__") or name in ("_dispatcher", "_args", "_options", "_make", "py_func"):
             raise AttributeError(name)
         return getattr(self.dispatcher, name)
 
@@ -189,9 +178,6 @@ def _build(kernel: LazyKernel):
     if kernel._make is not None:
         return kernel._make()
     dispatcher = numba.njit(*kernel._args, **kernel._options)(kernel.py_func)
-    for callback in kernel._on_build:
-        callback(dispatcher)
-    kernel._on_build.clear()
     return dispatcher
 
 

@@ -116,3 +116,22 @@ def html_refs():
     """`html_refs(html)`: its tags and `external`, the URLs a browser would fetch (tag
     attributes plus CSS url(...) and @import in <style>)."""
     return HtmlRefs
+
+
+@pytest.fixture(scope="session")
+def compiled_cold_cache(tmp_path_factory) -> dict:
+    """The environment of a numba cache that held nothing until `sitsprof compile -p lru`
+    filled it, compiled once a session: the tests that check "after compile, the first run
+    compiles nothing" (simulate, tests/test_compile_once.py; every replay form,
+    tests/test_replay_cli.py) share its one cold compile (~a minute of CPU on 2 cores each)."""
+    import subprocess
+    import sys
+
+    cache = str(tmp_path_factory.mktemp("cold-numba") / "numba")
+    env = dict(os.environ, SITSPROF_JIT="numba", SITSPROF_NUMBA_CACHE_DIR=cache, NUMBA_CACHE_DIR=cache)
+    sitsprof = os.path.join(os.path.dirname(sys.executable), "sitsprof")
+    done = subprocess.run([sitsprof, "compile", "-p", "lru", "--json"], env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "serving replay" in done.stderr, done.stderr[-2000:]
+    return env

@@ -116,14 +116,10 @@ def test_p99_through_kth_smallest_is_np_percentile(m):
 
 
 @pytest.mark.slow
-def test_after_sitsprof_compile_the_first_run_compiles_nothing(tmp_path):
+def test_after_sitsprof_compile_the_first_run_compiles_nothing(compiled_cold_cache):
     # bench_startup.py found one: the percentile select, which the small warm trace never reaches
     sitsprof = os.path.join(os.path.dirname(sys.executable), "sitsprof")
-    cache = str(tmp_path / "numba")
-    env = dict(os.environ, SITSPROF_JIT="numba", SITSPROF_NUMBA_CACHE_DIR=cache, NUMBA_CACHE_DIR=cache)
-    done = subprocess.run([sitsprof, "compile", "-p", "lru", "--json"], env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
+    env = compiled_cold_cache  # `sitsprof compile -p lru` into an empty cache (conftest.py)
     run = subprocess.run([sitsprof, "policy", "simulate", "bundled:mooncake", "-p", "lru", "-c", "1000", "--json"],
                          env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]

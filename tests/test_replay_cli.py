@@ -282,14 +282,10 @@ def test_signal_stops_a_long_replay_at_once_and_cleans_up(tmp_path, sig, code):
 
 
 @pytest.mark.slow
-def test_compile_builds_the_serving_kernels(tmp_path):
-    """After `sitsprof compile` into an empty cache, the first replay (and --threshold, sglang,
-    routed) compiles nothing."""
-    env = dict(os.environ, SITSPROF_NUMBA_CACHE_DIR=str(tmp_path / "cache"), SITSPROF_JIT="numba")
-    env.pop("NUMBA_CACHE_DIR", None)
-    done = subprocess.run([*SITSPROF, "compile", "-p", "lru", "--json"], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert "serving replay" in done.stderr
+def test_compile_builds_the_serving_kernels(tmp_path, compiled_cold_cache):
+    """After `sitsprof compile` into an empty cache (conftest.py, which checks it says it built
+    the serving replay), the first replay (and --threshold, sglang, routed) compiles nothing."""
+    env = compiled_cold_cache
     code = ("import sys; from sitsprof.policies.engine.compiling import watch_compiles; "
             "from sitsprof.cli.main import main\n"
             "runs = [['-p', 'all', '-c', '5%'], ['-p', 'sits', '--threshold', '-c', '5%'], "

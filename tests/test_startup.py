@@ -163,6 +163,36 @@ def test_same_source_in_another_folder_loads_the_kernels_compiled_from_the_first
     (tmp_path / "two" / "sitsprof" / "kernelsdemo" / "k.py").write_text(
         "from numba import njit\n\n\n@njit(cache=True)\ndef twice(x):\n    return x + x\n")
     assert compiles("two") == 1  # edited source: compiled again
+    # each version keeps its own files (keyed by content): switching back and forth compiles nothing
+    assert compiles("one") == 0 and compiles("two") == 0
+    assert len(list((tmp_path / "cache" / "sitsprof.kernelsdemo").glob("k.twice-*.nbi"))) == 2
+
+
+def test_a_kernel_is_compiled_again_when_a_file_it_depends_on_changes(tmp_path):
+    """NUMBA_CACHE_DEPENDS (common/numba_locator.py): numba does not track the callees it compiles
+    in; a module names the files they live in, and an edit to one of them compiles it afresh."""
+    folder = tmp_path / "sitsprof" / "kernelsdemo"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    dep = "from numba import njit\n\n\n@njit(cache=True)\ndef step(x):\n    return x + {}\n"
+    (folder / "dep.py").write_text(dep.format(1))
+    (folder / "k.py").write_text("from numba import njit\n\nfrom .dep import step\n\n"
+                                 "NUMBA_CACHE_DEPENDS = ('dep.py',)\n\n\n"
+                                 "@njit(cache=True)\ndef twice(x):\n    return 2 * step(x)\n")
+    code = ("import sys\nsys.path.insert(0, sys.argv[1])\nimport sitsprof.policies\n"
+            "from sitsprof.kernelsdemo.k import twice\nprint(twice(20))")
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "NUMBA_CACHE_LOCATOR_CLASSES")}
+    env["SITSPROF_NUMBA_CACHE_DIR"] = str(tmp_path / "cache")
+
+    def result() -> int:
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                             env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.strip())
+
+    assert result() == 42
+    (folder / "dep.py").write_text(dep.format(2))
+    assert result() == 44  # without the dependency in its key, twice's cached code would still add 1
 
 
 def test_compile_workers_only_where_there_are_cores_to_spare(monkeypatch):

@@ -16,7 +16,8 @@ Two flavours of the same operations (all inlined into the caller by numba):
   keeps many lists, e.g. one per frequency.
 
 These helpers are inlined, and numba's on-disk cache of a kernel only watches the kernel's
-own file: after editing this one, delete the `*.nbi` and `*.nbc` files under `policies/**/__pycache__/`.
+own file: every module here that uses them names this file in `NUMBA_CACHE_DEPENDS`, which
+puts it in its kernels' cache key (common/numba_locator.py), so an edit here compiles them afresh.
 """
 from __future__ import annotations
 

@@ -25,6 +25,9 @@ from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import NIL, grow, move_to_head_s, push_head_s, unlink_s
 
+#: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
+NUMBA_CACHE_DEPENDS = ("_structs.py",)
+
 NAME = "arc"
 DESCRIPTION = "Adaptive replacement cache: recency (T1) and frequency (T2) lists tuned by ghost hits"
 

@@ -25,6 +25,9 @@ from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import grow
 
+#: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
+NUMBA_CACHE_DEPENDS = ("_structs.py",)
+
 NAME = "belady"
 DESCRIPTION = "Offline optimal (Belady's MIN): evict the block used farthest in the future; the headroom bound"
 

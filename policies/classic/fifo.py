@@ -7,6 +7,9 @@ from sitsprof.common.jit import njit
 
 from ._structs import grow
 
+#: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
+NUMBA_CACHE_DEPENDS = ("_structs.py",)
+
 NAME = "fifo"
 DESCRIPTION = "First in, first out: insertion order only, hits do not reorder"
 

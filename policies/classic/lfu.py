@@ -18,6 +18,9 @@ from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import NIL, grow, insert_after_s, push_head_s, push_tail_s, unlink_s
 
+#: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
+NUMBA_CACHE_DEPENDS = ("_structs.py",)
+
 NAME = "lfu"
 DESCRIPTION = "Least frequently used, FIFO among equal counts, counts forgotten on eviction"
 

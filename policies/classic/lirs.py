@@ -38,6 +38,9 @@ from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import NIL, grow, new_lists
 
+#: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
+NUMBA_CACHE_DEPENDS = ("_structs.py",)
+
 NAME = "lirs"
 DESCRIPTION = "LIRS: inter-reference recency; LIR blocks in stack S, resident HIR blocks in a 1% queue"
 # Valid values of the KERNEL's parameters (engine/params.py reads them; refused with the reason).

@@ -20,6 +20,9 @@ from sitsprof.common.jit import njit
 
 from ._structs import NIL, grow, push_tail_s, unlink_s
 
+#: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
+NUMBA_CACHE_DEPENDS = ("_structs.py",)
+
 NAME = "prefix_lru"
 DESCRIPTION = "vLLM prefix cache: free queue of finished requests' blocks, tail blocks first"
 

@@ -26,6 +26,9 @@ from sitsprof.common.prefetch import AHEAD, prefetch
 from ._structs import grow
 from .twoq import ghost_add, ghost_take, grow_ring, new_ghost, new_ring, new_rows, ring_pop, ring_push
 
+#: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
+NUMBA_CACHE_DEPENDS = ("_structs.py", "twoq.py")
+
 NAME = "s3fifo"
 DESCRIPTION = "S3-FIFO: small probationary FIFO, main clock FIFO and a ghost queue of evicted ids"
 # Valid values of the KERNEL's parameters (engine/params.py reads them; refused with the reason).

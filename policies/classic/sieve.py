@@ -12,6 +12,9 @@ from sitsprof.common.jit import njit
 
 from ._structs import NIL, grow, push_head_s, unlink_s
 
+#: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
+NUMBA_CACHE_DEPENDS = ("_structs.py",)
+
 NAME = "sieve"
 DESCRIPTION = "SIEVE: FIFO queue with a visited bit and a hand that sifts from tail to head"
 

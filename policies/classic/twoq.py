@@ -16,6 +16,9 @@ from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import NIL, grow, move_to_head_s, push_head_s, unlink_s
 
+#: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
+NUMBA_CACHE_DEPENDS = ("_structs.py",)
+
 NAME = "2q"
 DESCRIPTION = "2Q: first-time blocks in a FIFO (A1in), re-referenced ones in an LRU (Am), ghost A1out"
 # Valid values of the KERNEL's parameters (engine/params.py reads them; refused with the reason).

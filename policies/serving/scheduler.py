@@ -72,32 +72,11 @@ from .pool import (
 )
 from .radix import new_radix, r_allocate, r_register, r_release, r_touch
 
-
-def _drop_stale_cache(dispatcher) -> None:
-    """numba's on-disk cache of `replay` checks only this file's stamp, yet the evictors, the
-    pool, the radix tree and the step model are compiled into it: when any of them changed
-    since the cache was written, drop this module's cache files (wherever numba's locator put
-    them) so the next call compiles afresh."""
-    import hashlib
-    from pathlib import Path
-
-    here = Path(__file__).resolve().parent
-    try:
-        cache = Path(dispatcher._cache._cache_path)
-        digest = hashlib.sha1()
-        for name in ("scheduler.py", "evictors.py", "lirs_form.py", "lfu_form.py", "pool.py", "radix.py", "latency.py"):
-            f = here / name
-            if f.exists():
-                digest.update(name.encode() + f.read_bytes())
-        stamp = cache / "scheduler.sources"
-        if stamp.exists() and stamp.read_text() == digest.hexdigest():
-            return
-        for old in cache.glob("scheduler.*.nb[ic]"):
-            old.unlink()
-        cache.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(digest.hexdigest())
-    except (OSError, AttributeError):  # a read-only cache, or a numba without this attribute
-        pass
+#: Sources numba compiles into `replay` besides this file (it inlines and links them without
+#: tracking them): its cache files are keyed by all of them (common/numba_locator.py), so an
+#: edit to any one compiles it afresh, and another checkout's version keeps its own files.
+NUMBA_CACHE_DEPENDS = ("evictors.py", "lirs_form.py", "lfu_form.py", "pool.py", "radix.py", "latency.py",
+                       "../classic/twoq.py", "../classic/_structs.py")
 
 VLLM, SGLANG = 0, 1
 # per-request status
@@ -402,7 +381,6 @@ def new_run_state(n: int):
     return rq, wq, run, sched, clock, si
 
 
-replay.after_build(_drop_stale_cache)  # before its first compiled call; never when interpreted
 
 
 # ---------------------------------------------------------------- the Python side
