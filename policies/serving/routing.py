@@ -343,13 +343,13 @@ def routed_table(doc: dict):
     """The aggregate rows, then every instance's, as one table."""
     from rich.table import Table
 
-    from .summary import _s
+    from .tables import ms as _s  # latencies in ms, as every table, the JSON and the report
 
     t, e, ro = doc["trace"], doc["engine"], doc["routing"]
     table = Table(title=(f"{t.get('path') or ''}: {t['requests']:,} requests over {ro['instances']} instances "
                          f"({ro['routing']} routing), {e['engine']} rules, {e['block_tokens']}-token blocks, "
                          f"arrival rate x{e['rate_scale']:g}"))
-    for name in ("policy", "pool", "inst", "reqs", "TTFT P50 s", "TTFT P99 s", "queue P99 s", "tok/s",
+    for name in ("policy", "pool", "inst", "reqs", "TTFT p50 ms", "TTFT p99 ms", "queue p99 ms", "total tok/s",
                  "block hit", "prefix hit", "preempt", "imbal"):
         table.add_column(name, justify="left" if name == "policy" else "right", no_wrap=name != "policy")
     for a in ro["aggregate"]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..engine.capacity import parse_capacities
 from ..engine.results import document, trace_summary
 from .reblock import reblock
-from .scheduler import SERIAL_RATE_SCALE, admission_rules, replay_row, run_replay
+from .scheduler import DONE, SERIAL_RATE_SCALE, admission_rules, replay_row, run_replay
 from .slo import offered_rate
 
 
@@ -54,6 +54,7 @@ def replay_document(trace, path, fmt, engine="vllm", policies="lru", capacities=
                              reserve_full_isl=reserve_full_isl, **adaptive)
             rows.append(replay_row(res))
             rows[-1]["offered_requests_per_s"] = offered_rate(res.arrival)  # slo.py's saturation test
+            rows[-1]["prompt_tokens_per_s"] = prompt_rate(res)
     return engine_document(trace, path, fmt, rb, rows, engine=engine, block_tokens=block_tokens,
                            rate_scale=rate_scale, max_num_batched_tokens=max_num_batched_tokens,
                            max_num_seqs=max_num_seqs, reserve_full_isl=reserve_full_isl)
@@ -74,11 +75,12 @@ def engine_document(trace, path, fmt, rb, rows, *, engine, block_tokens, rate_sc
                             **admission_rules(reserve_full_isl, rate_scale <= SERIAL_RATE_SCALE)}, **fields)
 
 
-def _s(v) -> str:
-    """ms -> seconds, 3 significant decimals (routed_table's cells)."""
-    if v is None or v != v:
-        return "-"
-    return f"{v / 1e3:,.3f}"
+def prompt_rate(res) -> float:
+    """Prompt tokens of the finished requests per simulated second (beside `output_tokens_per_s`;
+    `tokens_per_s` is every token scheduled, recomputed ones included)."""
+    done = res.status == DONE
+    span = float(res.end_s - (res.arrival.min() if len(res.arrival) else 0.0))
+    return float(res.prompt_tokens[done].sum()) / span if span > 0 else float("nan")
 
 
 def replay_table(doc: dict):
