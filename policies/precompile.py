@@ -113,6 +113,11 @@ def _compile_percentiles() -> int:
     return stats["count"]
 
 
+def _done_line(name: str, done: int, total: int, count: int, seconds: float) -> str:
+    """One line per part compiled: `arc (7 of 13): ...`, the serving replay counted as a part."""
+    return f"{name} ({done} of {total}): {count} kernel(s) compiled in {seconds:.1f} s"
+
+
 def precompile(policies: str | list[str] = "all", jobs: int | None = None, note: Note | None = None) -> dict:
     """Compile (or load, when cached) the kernels `policies` use ("all" or "lru,arc" or a list);
     `jobs` worker processes (None: `default_jobs()`, at most one per policy). `note(text)` hears one
@@ -132,7 +137,7 @@ def precompile(policies: str | list[str] = "all", jobs: int | None = None, note:
             _, seconds, count = _compile_one(folder, name)
             done += 1
             compiles += count
-            say(f"{name} ({done} of {total} policies): {count} kernel(s) compiled in {seconds:.1f} s")
+            say(_done_line(name, done, total, count, seconds))
         compiles += _compile_percentiles()
         if rest and jobs > 1:
             with ProcessPoolExecutor(max_workers=min(jobs, len(rest)), mp_context=_context(start_method())) as pool:
@@ -141,12 +146,12 @@ def precompile(policies: str | list[str] = "all", jobs: int | None = None, note:
                     name, seconds, count = future.result()
                     done += 1
                     compiles += count
-                    say(f"{name} ({done} of {total} policies): {count} kernel(s) compiled in {seconds:.1f} s")
+                    say(_done_line(name, done, total, count, seconds))
         else:
             for name in rest:
                 _, seconds, count = _compile_one(folder, name)
                 done += 1
                 compiles += count
-                say(f"{name} ({done} of {total} policies): {count} kernel(s) compiled in {seconds:.1f} s")
+                say(_done_line(name, done, total, count, seconds))
     return {"policies": names, "seconds": time.perf_counter() - started, "compiles": compiles, "jobs": jobs,
             "cache": os.environ.get("NUMBA_CACHE_DIR", "")}
