@@ -39,6 +39,12 @@ def show(device: int, as_json: bool) -> None:
             "names no GPU on this node"
         damaged = f" is DAMAGED ({record['problem']}) and" if record["state"] == "damaged" else ""
         click.echo(f"  lock record   {record['path']}{damaged} {gpu}: `sitsprof clocks reset` removes it")
+    from sitsprof.pmu.lockstate import describe_holder, other_host_records
+
+    for record in other_host_records():
+        click.echo(f"  lock record   {record['path']} was written on host {record['host']}, not this one "
+                   f"({describe_holder(record)}); left alone: remove it by hand if that host is this machine "
+                   "under another name")
 
 
 def _describe(record: dict) -> str:
@@ -63,11 +69,12 @@ def _describe(record: dict) -> str:
 @click.option("--device", type=int, default=0, show_default=True, help="GPU index.")
 @click.option("--sm", default="max", show_default=True, help=f"SM clock: {_SPEC_HELP}.")
 @click.option("--memory", default=None, help="Memory clock: max, base or MHz (default: leave alone).")
-def lock(device: int, sm: str, memory: str | None) -> None:
+@click.option("--replace", is_flag=True, help="Lock over an earlier `clocks lock` (refused without it).")
+def lock(device: int, sm: str, memory: str | None, replace: bool) -> None:
     """Lock clocks until `sitsprof clocks reset` (runs lock and restore on their own with --clocks lock)."""
     from sitsprof.pmu.clocks import lock_persistent
 
-    done = lock_persistent(device, sm=sm, memory=memory)
+    done = lock_persistent(device, sm=sm, memory=memory, replace=replace)
     click.echo(f"GPU {device}: locked {done['resolved']}; now SM {done['applied']['sm_mhz']} MHz, "
                f"memory {done['applied']['memory_mhz']} MHz (undo: sitsprof clocks reset)")
     if done["clock_locking"]["lock_survives_process"] is False:

@@ -376,8 +376,10 @@ class ClockSession:
                 "reset_by_other": self.reset_by_other, "reset_by": self.reset_by}
 
 
-def lock_persistent(index: int = 0, sm="max", memory=None) -> dict:
-    """`sitsprof clocks lock`: lock until `sitsprof clocks reset` (recorded as persistent).
+def lock_persistent(index: int = 0, sm="max", memory=None, replace: bool = False) -> dict:
+    """`sitsprof clocks lock`: lock until `sitsprof clocks reset` (recorded as persistent). It
+    takes the same exclusive check-and-write as a locked run: a second `clocks lock` is refused
+    (unless `replace`), like a second `record --clocks lock`.
 
     The result's `clock_locking` (`lock_behaviour`) says whether the lock outlives this process."""
     pynvml = nvml()
@@ -389,7 +391,7 @@ def lock_persistent(index: int = 0, sm="max", memory=None) -> dict:
     before = read_clocks(index)
     record = new_record(index, uuid, resolved, before, persistent=True,
                         persistence_mode=behaviour["persistence_mode"])
-    take(path, record, index, persistent_ok=True)
+    take(path, record, index, persistent_ok=replace, relock=True)
     try:
         apply_clocks(index, resolved)
     except BaseException:

@@ -120,15 +120,35 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _started_after(pid: int, when: str) -> bool:
+    """True when process `pid` started after the ISO time `when` (plus a second of slack): it
+    cannot be the process that wrote a record then. False when either time is unknown."""
+    try:
+        locked = datetime.fromisoformat(when).timestamp()
+        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                     if line.startswith("btime "))
+        ticks = process_start(pid)
+        if ticks is None:
+            return False
+        started = btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, TypeError, StopIteration, OverflowError):
+        return False
+    return started > locked + 1.0
+
+
 def holder_alive(record: dict) -> bool:
-    """Is the process that wrote `record` (pid, boot id, start time) still running?"""
+    """Is the process that wrote `record` (pid, boot id, start time) still running? A record
+    without `pid_start` (older, or hand-made) is held only by a live pid that started before the
+    record's `locked_at`: a reused pid, an unrelated process started later, does not hold it."""
     if record.get("boot_id") and boot_id() and record["boot_id"] != boot_id():
         return False
     if not _pid_alive(record["pid"]):
         return False
     start = record.get("pid_start")
-    now = process_start(record["pid"]) if start is not None else None
-    return start is None or now is None or now == start
+    if start is None:
+        return not (isinstance(record.get("locked_at"), str) and _started_after(record["pid"], record["locked_at"]))
+    now = process_start(record["pid"])
+    return now is None or now == start
 
 
 def new_record(index: int, uuid: str, resolved: dict, before: dict, persistent: bool,
@@ -244,6 +264,24 @@ def lock_records() -> list[dict]:
     return [e for e in entries if e is not None]
 
 
+def other_host_records() -> list[dict]:
+    """Well-formed records another host wrote into this state folder (a shared home folder, or
+    this machine under another name: a container). Not this host's locks, so never acted on;
+    `clocks show` reports them rather than skipping them in silence."""
+    folder = state_dir()
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in sorted(folder.glob("clocks-*.json")):
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            continue
+        if _problem(raw) is None and raw.get("host") not in (None, _hostname()):
+            found.append({**raw, "path": str(path)})
+    return found
+
+
 def describe_holder(entry: dict) -> str:
     """"pid 123 on host, `sitsprof run ...`, since 2026-...": who took the lock in `entry`."""
     return (f"pid {entry.get('pid')} on {entry.get('host') or _hostname()}, "
@@ -296,6 +334,9 @@ def exclusive(path: Path, wait_s: float = _EXCLUSIVE_WAIT_S):
     lock_path = path.with_suffix(".lock")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if lock_path.is_dir() and not lock_path.is_symlink():
+            # nobody can hold a folder with flock: it is damage, not a holder; make way for the file
+            remove(lock_path)
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise PmuError(f"cannot use the clock-lock state folder {path.parent} ({exc.strerror or exc}); "
@@ -317,14 +358,22 @@ def exclusive(path: Path, wait_s: float = _EXCLUSIVE_WAIT_S):
         os.close(fd)  # releases the flock
 
 
-def refuse_if_held(entry: dict | None, index: int, persistent_ok: bool = False) -> None:
-    """Raise the one-line refusal when the state in `entry` forbids this process to lock GPU `index`."""
+def refuse_if_held(entry: dict | None, index: int, persistent_ok: bool = False, relock: bool = False) -> None:
+    """Raise the one-line refusal when the state in `entry` forbids this process to lock GPU `index`.
+
+    `relock`: this is `sitsprof clocks lock`, which a `clocks lock` record refuses too (two of
+    them both succeeded, the last writer winning unwarned) unless `persistent_ok` (--replace)."""
     if entry is None or entry["state"] in (STALE, DROPPED):
         return
     if entry["state"] == DAMAGED:
         raise PmuError(f"GPU {index}'s clock-lock state file {entry['path']} is damaged ({entry['problem']}); "
                        "run `sitsprof clocks reset` to remove it (and restore the default clocks)")
     if entry["state"] == LOCKED:
+        if relock and not persistent_ok:
+            raise PmuError(
+                f"GPU {index}'s clocks are already locked by `sitsprof clocks lock` ({entry.get('resolved')}, "
+                f"{describe_holder(entry)}); `sitsprof clocks lock --replace` locks over it, "
+                "or `sitsprof clocks reset` first")
         if not persistent_ok:
             raise PmuError(
                 f"GPU {index}'s clocks are locked by `sitsprof clocks lock` ({entry.get('resolved')}); "
@@ -336,11 +385,11 @@ def refuse_if_held(entry: dict | None, index: int, persistent_ok: bool = False) 
                    "wait for it to finish, or use --clocks none to record without locking")
 
 
-def take(path: Path, record: dict, index: int, persistent_ok: bool = False) -> None:
+def take(path: Path, record: dict, index: int, persistent_ok: bool = False, relock: bool = False) -> None:
     """Write `record` to `path` unless a live holder (or a damaged file) is there: check and
     write as one step, exclusive across processes. Raises `PmuError` naming the holder."""
     with exclusive(path):
-        refuse_if_held(read_entry(path), index, persistent_ok)
+        refuse_if_held(read_entry(path), index, persistent_ok, relock)
         write_state(path, record)
 
 
@@ -379,9 +428,15 @@ def mark_reset(path: Path, entry: dict) -> None:
 
 
 def remove(path: Path) -> str | None:
-    """Remove a state file; the reason it could not be removed, or None."""
+    """Remove a state file (a folder in its place too); the reason it could not be removed, or None."""
+    path = Path(path)
     try:
-        Path(path).unlink(missing_ok=True)
+        if path.is_dir() and not path.is_symlink():
+            import shutil
+
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
     except OSError as exc:
         return exc.strerror or str(exc)
     return None

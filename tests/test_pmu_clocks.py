@@ -128,7 +128,9 @@ def test_run_refuses_to_lock_over_clocks_lock(fake_gpu):
     with clocks.locked_clocks(0, mode="none") as session:
         pass
     assert session.before["sm_mhz"] == 1500
-    clocks.lock_persistent(0, sm="max")  # re-locking with `clocks lock` is fine
+    with pytest.raises(PmuError, match="already locked by `sitsprof clocks lock`.*--replace"):
+        clocks.lock_persistent(0, sm="max")  # issue 22.5: a second lock is refused...
+    clocks.lock_persistent(0, sm="max", replace=True)  # ...unless it says it replaces the first
     assert _dev(fake_gpu)["locked_gpu"] == [1980, 1980]
 
 

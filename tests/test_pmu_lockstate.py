@@ -360,3 +360,70 @@ def test_memory_lock_not_supported_is_one_line_and_leaves_nothing(fake_gpu, tmp_
             pytest.fail("must not run unlocked as if locked")
     assert fake_gpu.state["devices"][0]["locked_gpu"] is None
     assert not list((tmp_path / "state").glob("clocks-*.json"))
+
+
+# -- issue 22 item 5 -----------------------------------------------------------------------------
+def test_two_clocks_locks_second_refused(fake_gpu):
+    """22.5: `clocks lock` takes the same check-and-write as a locked run: two concurrent
+    `clocks lock` commands, exactly one succeeds and the other is refused naming the first."""
+    state = os.environ[fake_nvml.ENV]
+    first = subprocess.Popen([sys.executable, str(RUNNER), "clocks", "lock", "--sm", "1500"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    second = subprocess.Popen([sys.executable, str(RUNNER), "clocks", "lock", "--sm", "max"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    results = [(p.wait(timeout=60), *p.communicate()) for p in (first, second)]
+    codes = sorted(code for code, _, _ in results)
+    assert codes == [0, 2], results
+    refused = next(err for code, _, err in results if code == 2)
+    assert "already locked by `sitsprof clocks lock`" in refused and "--replace" in refused
+    assert len(refused.strip().splitlines()) == 1
+    (entry,) = lockstate.lock_records()
+    assert _locked(state) == [entry["resolved"]["sm"]] * 2  # the record says what is in effect
+
+
+def test_record_without_pid_start_and_a_reused_pid_is_stale(fake_gpu):
+    """22.5: a record without pid_start whose pid now belongs to an unrelated process (started
+    after the record was written) does not hold the lock: stale, and `clocks reset` removes it."""
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        path = _write(fake_gpu, pid=sleeper.pid, pid_start=None, locked_at="2020-01-01T00:00:00+00:00")
+        entry = lockstate.read_entry(path)
+        assert entry["state"] == lockstate.STALE
+        done = clocks.reset_clocks()
+        assert not path.exists() and done[0]["record"]["state"] == lockstate.STALE
+        # the same live pid, with a record written after it started, still holds it
+        path = _write(fake_gpu, pid=sleeper.pid, pid_start=None)
+        assert lockstate.read_entry(path)["state"] == lockstate.HELD
+        path.unlink()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_state_and_lock_files_that_are_folders_are_recovered(fake_gpu, cli):
+    """22.5: a state file or a lock file that is a folder is damage `clocks reset` removes, and a
+    later lock works."""
+    path = lockstate.state_path(_uuid(fake_gpu))
+    path.mkdir(parents=True)
+    (path / "x").write_text("x")
+    path.with_suffix(".lock").mkdir()
+    (entry,) = lockstate.lock_records()
+    assert entry["state"] == lockstate.DAMAGED
+    code, out, err = cli("clocks", "reset")
+    assert code == 0, err
+    assert not path.exists() and not path.with_suffix(".lock").is_dir()
+    code, out, err = cli("clocks", "lock", "--sm", "1500")
+    assert code == 0, err
+    assert cli("clocks", "reset")[0] == 0
+
+
+def test_another_hosts_record_is_reported(fake_gpu, cli):
+    """22.5: a record another host wrote (a shared home folder, or this machine under another
+    name) is shown by `clocks show`, not silently skipped."""
+    path = _write(fake_gpu, host="elsewhere-node", pid=_dead_pid())
+    assert lockstate.read_entry(path) is None  # still not this host's lock
+    (other,) = lockstate.other_host_records()
+    assert other["host"] == "elsewhere-node"
+    code, out, err = cli("clocks", "show")
+    assert code == 0, err
+    assert "written on host elsewhere-node" in out

@@ -1,0 +1,247 @@
+"""Issue 22 item 4: the fuzzers that found the last internal errors, kept as hypothesis property
+tests with their seeds: traces (four formats, plain or compressed, through `policy simulate`,
+`--stream` and both replay engines), calibrations (the shipped reference with values swapped
+for nasty ones) and run directories (probe, sampler and meta.json values swapped likewise).
+
+The property is the CLI's rule (tests/fault_injection.py's `verdict`): exit 0 (a `--json`
+document then strict JSON), or exactly one error line on stderr and exit 2; never a traceback
+nor "internal error". Warnings said before the error (`sitsprof: warning: skipped 1 bad
+line(s)`) are not counted as the error's lines. Bounded for the suite (`EXAMPLES` each, a few
+seconds in all); the issue's rerun at 1,000 cases each is
+
+    SITSPROF_FUZZ_EXAMPLES=1000 python -m pytest tests/test_fuzz_properties.py -q
+
+The seeds are fixed (`@seed`), so a run is repeatable; a failure prints the falsifying input.
+"""
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import fault_injection
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+EXAMPLES = int(os.environ.get("SITSPROF_FUZZ_EXAMPLES", "10"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=False,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                           HealthCheck.data_too_large])
+
+#: Integers at every edge a reader or kernel may trip on: int32/uint32/int64/uint64 and beyond.
+EDGE_INTS = st.sampled_from([0, -1, 1, 511, 512, 513, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**53 + 1, 2**62,
+                             2**63 - 1, 2**63, 2**64 - 1, 2**64, 10**30, -(2**63), -(2**64)])
+NASTY = st.one_of(EDGE_INTS, st.integers(-10**6, 10**6),
+                  st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6), st.none(), st.booleans(),
+                  st.lists(st.integers(-3, 2**64), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(),
+                                                                                max_size=2))
+
+
+def _maybe(valid):
+    """Mostly a valid value (so the trace gets past its first line), sometimes a nasty one."""
+    return st.one_of(valid, valid, valid, NASTY)
+
+
+def _check(*args: str, json_out: bool = False) -> None:
+    code, out, err = fault_injection.run_cli(*args)
+    said = [line for line in err.splitlines() if not line.startswith(("sitsprof: warning:", "sitsprof: compil"))]
+    problem = fault_injection.verdict(code, out, "\n".join(said) + "\n" if said else "", json_out)
+    assert problem is None, f"sitsprof {' '.join(args)}: {problem}"
+
+
+# -- traces ------------------------------------------------------------------------------------
+HASH_IDS = st.lists(st.integers(0, 60), min_size=1, max_size=6)
+MOONCAKE = st.fixed_dictionaries({
+    "timestamp": _maybe(st.integers(0, 10**7)), "input_length": _maybe(st.integers(1, 3000)),
+    "output_length": _maybe(st.integers(1, 400)), "hash_ids": _maybe(HASH_IDS)})
+REQUESTS = st.fixed_dictionaries({
+    "request_id": _maybe(st.text(min_size=1, max_size=4)), "model_stack": _maybe(st.sampled_from(["a", "b"])),
+    "input_tokens": _maybe(st.integers(1, 3000)), "arrival_ms": _maybe(st.integers(0, 10**7)),
+    "output_tokens": _maybe(st.integers(1, 400)), "hash_ids": _maybe(HASH_IDS)})
+CSV_ROW = st.tuples(_maybe(st.floats(0, 1e5)), _maybe(st.integers(0, 60)), _maybe(st.integers(1, 512)),
+                    _maybe(st.sampled_from(["t1", "t2"])))
+ORACLE_RECORD = st.tuples(st.one_of(st.integers(0, 1000), st.integers(0, 2**32 - 1)),
+                          st.one_of(st.integers(0, 60), st.integers(0, 2**64 - 1)),
+                          st.one_of(st.integers(1, 512), st.integers(0, 2**32 - 1)),
+                          st.one_of(st.just(-1), st.integers(-(2**63), 2**63 - 1)))
+
+
+def _json_line(obj) -> str:
+    try:
+        return json.dumps(obj)
+    except (ValueError, OverflowError):  # a value json cannot write: what a careless tool writes instead
+        return str(obj)
+
+
+@st.composite
+def traces(draw):
+    """(file name, bytes) of one trace in one of four formats, maybe compressed, maybe with a
+    garbage line or a cut end."""
+    fmt = draw(st.sampled_from(["mooncake", "requests", "csv", "oracle"]))
+    n = draw(st.integers(0, 30))
+    if fmt == "oracle":
+        data = b"".join(struct.pack("<IQIq", *draw(ORACLE_RECORD)) for _ in range(n))
+        data += draw(st.binary(max_size=30)) if draw(st.booleans()) else b""
+        name = "t.oracleGeneral"
+    else:
+        if fmt == "csv":
+            lines = ["timestamp,obj_id,size,tenant"] + [",".join(map(str, draw(CSV_ROW))) for _ in range(n)]
+        else:
+            rows = MOONCAKE if fmt == "mooncake" else REQUESTS
+            lines = [_json_line(draw(rows)) for _ in range(n)]
+        if lines and draw(st.booleans()):
+            lines.insert(draw(st.integers(0, len(lines))), draw(st.text(max_size=40)))
+        data = ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
+        name = {"mooncake": "t.jsonl", "requests": "t.requests.jsonl", "csv": "t.csv"}[fmt]
+    compress = draw(st.sampled_from([None, None, "gz", "xz", "bz2"]))
+    if compress:
+        data = {"gz": gzip.compress, "xz": lzma.compress, "bz2": bz2.compress}[compress](data)
+        name += "." + compress
+    return name, data
+
+
+COMMANDS = {
+    "simulate": ["policy", "simulate", "{}", "-p", "lru,arc", "-c", "10,50%", "--json"],
+    "stream": ["policy", "simulate", "{}", "-p", "lru", "-c", "10", "--stream", "--json"],
+    "replay-vllm": ["policy", "replay", "{}", "-c", "50", "--json"],
+    "replay-sglang": ["policy", "replay", "{}", "-c", "50", "--engine", "sglang", "--json"],
+}
+
+
+@seed(22_01)
+@SETTINGS
+@given(trace=traces(), command=st.sampled_from(sorted(COMMANDS)), skip=st.booleans())
+def test_fuzzed_traces_never_end_in_an_internal_error(tmp_path_factory, trace, command, skip):
+    folder = tmp_path_factory.mktemp("trace")
+    name, data = trace
+    path = folder / name
+    path.write_bytes(data)
+    args = [str(path) if a == "{}" else a for a in COMMANDS[command]]
+    _check(*args, *(["--skip-bad-lines"] if skip else []), json_out=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- calibrations ------------------------------------------------------------------------------
+def _paths(obj, prefix=()):
+    """Every path to a value in a JSON document."""
+    yield prefix
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _paths(value, (*prefix, key))
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            yield from _paths(value, (*prefix, i))
+
+
+def _replace(obj, path, value):
+    if not path:
+        return value
+    copy = dict(obj) if isinstance(obj, dict) else list(obj)
+    copy[path[0]] = _replace(obj[path[0]], path[1:], value)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def reference():
+    from sitsprof.calibration import reference_path
+
+    doc = json.loads(reference_path().read_text())
+    return doc, [p for p in _paths(doc) if p]
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    from sitsprof.policies.traces import generator
+
+    path = tmp_path_factory.mktemp("cal") / "t.jsonl"
+    generator.write_mooncake_jsonl(generator.generate_requests(seed=2, duration_s=5), path)
+    return path
+
+
+@seed(22_02)
+@SETTINGS
+@given(data=st.data(), command=st.sampled_from(["simulate", "replay"]))
+def test_fuzzed_calibrations_never_end_in_an_internal_error(tmp_path_factory, reference, small_trace, data,
+                                                            command):
+    doc, paths = reference
+    for _ in range(data.draw(st.integers(1, 3))):
+        doc = _replace(doc, data.draw(st.sampled_from(paths)), data.draw(NASTY))
+    path = tmp_path_factory.mktemp("cal") / "c.json"
+    path.write_text(_json_line(doc))
+    if command == "simulate":
+        _check("policy", "simulate", str(small_trace), "-p", "lru", "-c", "20", "--json", "--calibration",
+               str(path), json_out=True)
+    else:
+        _check("policy", "replay", str(small_trace), "-c", "200", "--json", "--calibration", str(path),
+               json_out=True)
+
+
+# -- run directories ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    from sitsprof.reports.synthetic import make_synthetic_run
+
+    run = make_synthetic_run(tmp_path_factory.mktemp("runs"), name="good", samples=2000).path
+    return fault_injection._small_good_run(Path(run))
+
+
+def _tables(run: Path) -> list[Path]:
+    return sorted(run.glob("probes/*.parquet")) + sorted(run.glob("samplers/*.parquet"))
+
+
+@st.composite
+def run_damage(draw, run: Path):
+    """What to change: ('meta', path, value) or ('table', file, column, rows, value)."""
+    if draw(st.booleans()):
+        meta = json.loads((run / "meta.json").read_text())
+        paths = [p for p in _paths(meta) if p]
+        return "meta", draw(st.sampled_from(paths)), draw(NASTY)
+    import pyarrow.parquet as pq
+
+    table = draw(st.sampled_from(_tables(run)))
+    columns = pq.read_schema(table).names
+    column = draw(st.sampled_from([c for c in columns if not c.startswith("__")]))
+    value = draw(st.one_of(st.text(max_size=4), st.floats(allow_nan=True, allow_infinity=True),
+                           st.integers(-(2**63), 2**63 - 1), st.sampled_from([-1.0, -1e9, 0.0])))
+    rows = draw(st.sampled_from(["some", "all"]))
+    return "table", table.relative_to(run), column, rows, value
+
+
+def _apply(run: Path, damage) -> None:
+    if damage[0] == "meta":
+        meta = json.loads((run / "meta.json").read_text())
+        (run / "meta.json").write_text(_json_line(_replace(meta, damage[1], damage[2])))
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _, table, column, rows, value = damage
+    frame = pq.read_table(run / table).to_pandas()
+    frame[column] = frame[column].astype(object)
+    frame.loc[frame.index[::3] if rows == "some" else frame.index, column] = value
+    frame[column] = frame[column].astype(str if isinstance(value, str) else "float64")
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), run / table)
+
+
+RUN_COMMANDS = {
+    "report": ["report", "{run}", "-o", "{out}/r.html"],
+    "calibrate": ["calibrate", "{run}", "-o", "{out}/c.json", "--allow-incomplete"],
+    "figures": ["probe", "figures", "{run}"],
+}
+
+
+@seed(22_03)
+@SETTINGS
+@given(data=st.data(), command=st.sampled_from(sorted(RUN_COMMANDS)))
+def test_fuzzed_run_directories_never_end_in_an_internal_error(tmp_path_factory, small_run, data, command):
+    work = tmp_path_factory.mktemp("run")
+    run = shutil.copytree(small_run, work / "run")
+    _apply(run, data.draw(run_damage(run)))
+    _check(*[a.format(run=run, out=work) for a in RUN_COMMANDS[command]])
+    shutil.rmtree(work, ignore_errors=True)
