@@ -24,6 +24,18 @@ def _ladder_latency(footprint: float) -> tuple[float, float]:
     raise AssertionError
 
 
+def _mark_failed(run, exc: BaseException) -> None:
+    """End `run` as failed (interrupted on Ctrl-C) with the reason; its reserve file goes first,
+    so on a full disk the last meta.json has room. Never hides `exc` (the caller re-raises it)."""
+    from sitsprof.collectors.rundir import describe_exception
+
+    status = "interrupted" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "failed"
+    try:
+        run.finish(status, error=describe_exception(exc))
+    except Exception:  # noqa: BLE001 - not even that fits: at least free the reserve
+        run._release_reserve()
+
+
 def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samples: int = 200_000,
                        host: str | None = None, sm_mhz: float = 1980.0, slowdown: float = 1.0,
                        complete: bool = True, parts: tuple[str, ...] = ("latency", "tlb", "bandwidth", "loaded"),
@@ -51,92 +63,96 @@ def make_synthetic_run(parent, name: str = "synthetic-node", seed: int = 0, samp
                    "after": {"sm_mhz": 1755.0, "memory_mhz": 2619.0}, "restored": True},
         "sm_clock_mhz": sm_mhz,
     })
-    origin_ns = 10**12  # the samplers' monotonic clock at the start of the probes
-    phases = []
-    t = 0.0
+    try:  # a run that cannot be written (a full disk) says "failed", never stays "running"
+        origin_ns = 10**12  # the samplers' monotonic clock at the start of the probes
+        phases = []
+        t = 0.0
 
-    def phase(label, seconds):
-        nonlocal t
-        phases.append({"name": label, "start_s": t, "end_s": t + seconds})
-        t += seconds
+        def phase(label, seconds):
+            nonlocal t
+            phases.append({"name": label, "start_s": t, "end_s": t + seconds})
+            t += seconds
 
-    def chase_table(fp, lat, variant, stride=128):
-        lat = np.maximum(lat, 1.0).astype(np.float32)
-        return pd.DataFrame({"variant": variant, "stride_bytes": np.int64(stride), "footprint_bytes": fp,
-                             "sample": np.arange(fp.size, dtype=np.int32), "latency_cycles": lat,
-                             "latency_ns": (lat * 1e3 / sm_mhz).astype(np.float32)})
+        def chase_table(fp, lat, variant, stride=128):
+            lat = np.maximum(lat, 1.0).astype(np.float32)
+            return pd.DataFrame({"variant": variant, "stride_bytes": np.int64(stride), "footprint_bytes": fp,
+                                 "sample": np.arange(fp.size, dtype=np.int32), "latency_cycles": lat,
+                                 "latency_ns": (lat * 1e3 / sm_mhz).astype(np.float32)})
 
-    n_ladder = samples // 2 if "loaded" in parts else samples
-    if "latency" in parts:
-        footprints = np.unique(np.geomspace(16 * KIB, 4 * GIB, 40).astype(np.int64) // 128 * 128)
-        per = max(n_ladder // (2 * footprints.size), 16)
-        fp = np.repeat(footprints, per)
-        med = np.empty(fp.size)
-        spread = np.empty(fp.size)
-        for f in footprints:
-            m, s = _ladder_latency(float(f))
-            sel = fp == f
-            med[sel], spread[sel] = m, s
-        for variant in ("ca", "cg"):
-            base = med.copy()
-            if variant == "cg":  # L1-bypassing: the L1 footprints are served by L2
-                base[fp <= LEVELS[0][0]] = LEVELS[1][1]
-            lat = base * slowdown + rng.normal(0, 1, fp.size) * spread
-            tail = rng.random(fp.size) < 0.004
-            lat[tail] += rng.exponential(180.0, tail.sum())
-            run.write_table("latency" if variant == "ca" else "latency_cg", chase_table(fp, lat, variant))
-        phase("latency", 20.0)
-    if "tlb" in parts:
-        rows = []
-        for stride in (2 * MIB, 32 * MIB):
-            for fp_ in np.geomspace(64 * MIB, 64 * GIB, 16).astype(np.int64):
-                # The few links stay L2-resident: steps come from address translation alone.
-                base = 282.0 + (95.0 if fp_ > 8 * GIB else 0.0) + (240.0 if fp_ > 32 * GIB else 0.0)
-                vals = base * slowdown + rng.normal(0, 15, 400)
-                rows.append(chase_table(np.full(vals.size, fp_, dtype=np.int64), vals, "cg", stride))
-        run.write_table("tlb", pd.concat(rows, ignore_index=True))
-        phase("tlb", 10.0)
-    if "bandwidth" in parts:
-        rows = []
-        peak = 4200.0 / slowdown
-        for kernel, scale in (("read", 0.93), ("write", 0.9), ("copy", 0.96)):
-            for blocks in (1, 2, 4, 8, 16, 32, 66, 132, 264, 528):
-                for rep in range(3):
-                    achieved = peak * scale * (1 - np.exp(-blocks / 60.0)) * (1 + rng.normal(0, 0.005))
-                    rows.append({"kernel": kernel, "active_sms": min(blocks, 132), "blocks": blocks,
-                                 "throttle_ns": 0, "rep": rep, "bytes": int(achieved * 1e9 * 0.01),
-                                 "seconds": 0.01, "achieved_gbs": achieved})
-        for rep in range(3):
-            rows.append({"kernel": "memcpy", "active_sms": 0, "blocks": 0, "throttle_ns": 0, "rep": rep,
-                         "bytes": int(peak * 0.955e7), "seconds": 0.01, "achieved_gbs": peak * 0.955})
-        run.write_table("bandwidth", pd.DataFrame(rows))
-        phase("bandwidth", 5.0)
-    if "loaded" in parts:
-        frames = _loaded_frames(rng, samples - n_ladder, slowdown, sm_mhz)
-        run.write_table("loaded", pd.concat(frames, ignore_index=True))
-        phase("loaded", 30.0)
-    run.update_meta(phases=phases, phases_origin_ns=origin_ns)
+        n_ladder = samples // 2 if "loaded" in parts else samples
+        if "latency" in parts:
+            footprints = np.unique(np.geomspace(16 * KIB, 4 * GIB, 40).astype(np.int64) // 128 * 128)
+            per = max(n_ladder // (2 * footprints.size), 16)
+            fp = np.repeat(footprints, per)
+            med = np.empty(fp.size)
+            spread = np.empty(fp.size)
+            for f in footprints:
+                m, s = _ladder_latency(float(f))
+                sel = fp == f
+                med[sel], spread[sel] = m, s
+            for variant in ("ca", "cg"):
+                base = med.copy()
+                if variant == "cg":  # L1-bypassing: the L1 footprints are served by L2
+                    base[fp <= LEVELS[0][0]] = LEVELS[1][1]
+                lat = base * slowdown + rng.normal(0, 1, fp.size) * spread
+                tail = rng.random(fp.size) < 0.004
+                lat[tail] += rng.exponential(180.0, tail.sum())
+                run.write_table("latency" if variant == "ca" else "latency_cg", chase_table(fp, lat, variant))
+            phase("latency", 20.0)
+        if "tlb" in parts:
+            rows = []
+            for stride in (2 * MIB, 32 * MIB):
+                for fp_ in np.geomspace(64 * MIB, 64 * GIB, 16).astype(np.int64):
+                    # The few links stay L2-resident: steps come from address translation alone.
+                    base = 282.0 + (95.0 if fp_ > 8 * GIB else 0.0) + (240.0 if fp_ > 32 * GIB else 0.0)
+                    vals = base * slowdown + rng.normal(0, 15, 400)
+                    rows.append(chase_table(np.full(vals.size, fp_, dtype=np.int64), vals, "cg", stride))
+            run.write_table("tlb", pd.concat(rows, ignore_index=True))
+            phase("tlb", 10.0)
+        if "bandwidth" in parts:
+            rows = []
+            peak = 4200.0 / slowdown
+            for kernel, scale in (("read", 0.93), ("write", 0.9), ("copy", 0.96)):
+                for blocks in (1, 2, 4, 8, 16, 32, 66, 132, 264, 528):
+                    for rep in range(3):
+                        achieved = peak * scale * (1 - np.exp(-blocks / 60.0)) * (1 + rng.normal(0, 0.005))
+                        rows.append({"kernel": kernel, "active_sms": min(blocks, 132), "blocks": blocks,
+                                     "throttle_ns": 0, "rep": rep, "bytes": int(achieved * 1e9 * 0.01),
+                                     "seconds": 0.01, "achieved_gbs": achieved})
+            for rep in range(3):
+                rows.append({"kernel": "memcpy", "active_sms": 0, "blocks": 0, "throttle_ns": 0, "rep": rep,
+                             "bytes": int(peak * 0.955e7), "seconds": 0.01, "achieved_gbs": peak * 0.955})
+            run.write_table("bandwidth", pd.DataFrame(rows))
+            phase("bandwidth", 5.0)
+        if "loaded" in parts:
+            frames = _loaded_frames(rng, samples - n_ladder, slowdown, sm_mhz)
+            run.write_table("loaded", pd.concat(frames, ignore_index=True))
+            phase("loaded", 30.0)
+        run.update_meta(phases=phases, phases_origin_ns=origin_ns)
 
-    # Samplers as collectors/ writes them: t_ns on the monotonic clock, tick, read_ns.
-    ts = np.linspace(0.0, max(t, 1.0), sampler_rows)
-    t_ns = origin_ns + (ts * 1e9).astype(np.int64)
-    drift = -15.0 * (ts / ts[-1]) ** 2  # a little thermal sag
-    run.write_table("nvml", pd.DataFrame({
-        "t_ns": t_ns, "tick": np.arange(ts.size, dtype=np.int64), "read_ns": np.full(ts.size, 40_000, np.int64),
-        "sm_clock_mhz": np.round(sm_mhz + drift + rng.normal(0, 1.5, ts.size)),
-        "memory_clock_mhz": np.full(ts.size, 2619.0),
-        "power_w": 300 + 250 * (ts / ts[-1]) + rng.normal(0, 10, ts.size),
-        "temperature_c": 45 + 20 * (ts / ts[-1]) + rng.normal(0, 0.5, ts.size),
-        "clock_event_reasons": np.zeros(ts.size, dtype=np.int64),
-    }), kind="sampler")
-    g = slice(None, None, 100)
-    run.write_table("gpm", pd.DataFrame({
-        "t_ns": t_ns[g], "tick": np.arange(t_ns[g].size, dtype=np.int64),
-        "read_ns": np.full(t_ns[g].size, 90_000, np.int64),
-        "gpm_dram_bw_util_pct": np.clip(rng.normal(40, 20, t_ns[g].size), 0, 100),
-        "gpm_sm_util_pct": np.clip(rng.normal(30, 10, t_ns[g].size), 0, 100)}), kind="sampler")
-    if complete:
-        run.finish("complete")
+        # Samplers as collectors/ writes them: t_ns on the monotonic clock, tick, read_ns.
+        ts = np.linspace(0.0, max(t, 1.0), sampler_rows)
+        t_ns = origin_ns + (ts * 1e9).astype(np.int64)
+        drift = -15.0 * (ts / ts[-1]) ** 2  # a little thermal sag
+        run.write_table("nvml", pd.DataFrame({
+            "t_ns": t_ns, "tick": np.arange(ts.size, dtype=np.int64), "read_ns": np.full(ts.size, 40_000, np.int64),
+            "sm_clock_mhz": np.round(sm_mhz + drift + rng.normal(0, 1.5, ts.size)),
+            "memory_clock_mhz": np.full(ts.size, 2619.0),
+            "power_w": 300 + 250 * (ts / ts[-1]) + rng.normal(0, 10, ts.size),
+            "temperature_c": 45 + 20 * (ts / ts[-1]) + rng.normal(0, 0.5, ts.size),
+            "clock_event_reasons": np.zeros(ts.size, dtype=np.int64),
+        }), kind="sampler")
+        g = slice(None, None, 100)
+        run.write_table("gpm", pd.DataFrame({
+            "t_ns": t_ns[g], "tick": np.arange(t_ns[g].size, dtype=np.int64),
+            "read_ns": np.full(t_ns[g].size, 90_000, np.int64),
+            "gpm_dram_bw_util_pct": np.clip(rng.normal(40, 20, t_ns[g].size), 0, 100),
+            "gpm_sm_util_pct": np.clip(rng.normal(30, 10, t_ns[g].size), 0, 100)}), kind="sampler")
+        if complete:
+            run.finish("complete")
+    except BaseException as exc:
+        _mark_failed(run, exc)
+        raise
     return run
 
 

@@ -140,3 +140,23 @@ def test_output_error_is_an_oserror_with_its_errno():
     error = OutputError.from_os_error("/x/y", OSError(errno.EROFS, "Read-only file system"))
     assert isinstance(error, OSError) and error.errno == errno.EROFS and error.exit_code == 2
     assert str(error) == "cannot write /x/y: Read-only file system (the file system is read-only: write elsewhere)"
+
+
+def test_demo_on_a_full_disk_marks_its_run_failed(tmp_path, cli):
+    """22.5: `demo` onto a disk that fills while it writes its synthetic run: the run says
+    "failed" with the reason (it said "running" forever), and its reserve file is gone."""
+    import json
+
+    folder = tmp_path / "small"
+    mounted, why = _mount(folder, "size=512k")
+    if not mounted:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {why}")
+    try:
+        code, out, err = cli("demo", "--duration", "20", "--policy", "lru", "--out", str(folder / "demo"))
+        assert code == 2 and "internal error" not in err, err
+        run = folder / "demo" / "synthetic-run"
+        meta = json.loads((run / "meta.json").read_text())
+        assert meta["status"] == "failed" and "no space left" in meta["error"].lower(), meta
+        assert not (run / ".sitsprof-reserve").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
