@@ -126,3 +126,24 @@ def test_async_scheduling_is_within_the_bounds_the_replay_is_held_to():
         assert a["prefix_hit_ratio"] != s["prefix_hit_ratio"] or a["steps"] != s["steps"]  # it does move them
         assert abs(a["preemptions"] - s["preemptions"]) <= max(5, 0.25 * s["preemptions"]), k
         assert abs(a["steps"] - s["steps"]) <= 0.02 * s["steps"], k
+
+
+def test_cli_says_which_admission_rule_and_vllm_version(first_1000):
+    """`policy replay --json` names the rule it followed; the flag named after vLLM's option
+    switches to the older first-chunk rule, which preempts far more at a 20k pool (vLLM 0.33.0
+    itself: 18 with its default, 466 with the older rule; tests/data)."""
+    from click.testing import CliRunner
+
+    from sitsprof.cli.main import cli
+
+    _, path = first_1000
+    out = {}
+    for flag in ("--scheduler-reserve-full-isl", "--no-scheduler-reserve-full-isl"):
+        res = CliRunner().invoke(cli, ["policy", "replay", str(path), "-c", "20000", "--json", flag])
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.output[res.output.index("{"):])
+        assert doc["engine"]["vllm_version"] == "0.33.0"
+        assert doc["engine"]["scheduler_reserve_full_isl"] is (flag == "--scheduler-reserve-full-isl")
+        assert doc["replay"][0]["rules"]["scheduler_reserve_full_isl"] is doc["engine"]["scheduler_reserve_full_isl"]
+        out[flag] = doc["replay"][0]["preemptions"]
+    assert out["--no-scheduler-reserve-full-isl"] > 10 * max(out["--scheduler-reserve-full-isl"], 1)
