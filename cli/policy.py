@@ -20,6 +20,7 @@ from .console import (
     stdout_console,
 )
 from .options import DURATION, calibration_option
+from .plan import make_plan_cmd
 from .replaying import add_verdict, check_early, followed, replay_extras, show
 from .sits import claims_cmd, serve_metrics
 from .validate import validate_cmd
@@ -504,21 +505,11 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
     """Serve TRACE's requests through a serving engine: arrivals at their timestamps, continuous batching,
     chunked prefill, the engine's prefix-cache rules, the policy ordering the evictable blocks."""
     replays = check_early(engine, policy_text, capacity_text, rate_scale)
-    from sitsprof.policies.cost.models import DEFAULT_MODEL, get_model
-    from sitsprof.policies.serving.config import ReplayConfig
-
-    # built once, at the edge (before the kernels' import): the engine, the model (a preset or a
-    # config.json, at its precisions and TP), the pool, the arrivals; everything below reads it
-    config = ReplayConfig(
-        engine=engine, block_tokens=kv_block_tokens, max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs, model=get_model(model_name or DEFAULT_MODEL, dtype=weight_dtype,
-                                                   kv_dtype=kv_dtype, tp=tp),
-        calibration=calibration, capacities=capacity_text, gpu=gpu and gpu.lower(),
-        gpu_memory_utilization=gpu_memory_utilization, allow_oversized_pool=allow_oversized_pool,
-        rate_scale=rate_scale, concurrency=concurrency, seed=seed, policies=policy_text,
-        reserve_full_isl=reserve_full_isl, window_s=window_s, threshold=threshold or threshold_windows is not None,
-        sits={"threshold_windows": threshold_windows} if threshold_windows else None,
-    ).checked()
+    # built once, at the edge (before the kernels' import)
+    config = replay_config(engine, policy_text, capacity_text, kv_block_tokens, rate_scale, max_num_batched_tokens,
+                           max_num_seqs, calibration, model_name, seed, window_s, threshold, threshold_windows,
+                           weight_dtype, kv_dtype, tp, gpu, gpu_memory_utilization, allow_oversized_pool,
+                           concurrency, reserve_full_isl)
     from sitsprof.policies.serving.summary import replay_document, replay_table
 
     rb = None
@@ -544,6 +535,28 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
     for row in doc["replay"]:
         for line in row["warnings"]:
             click.echo(f"sitsprof: warning: {row['policy']} at {row['capacity']:,}: {line}", err=True)
+
+
+def replay_config(engine, policy_text, capacity_text, kv_block_tokens, rate_scale, max_num_batched_tokens,
+                  max_num_seqs, calibration, model_name, seed, window_s, threshold, threshold_windows, weight_dtype,
+                  kv_dtype, tp, gpu, gpu_memory_utilization, allow_oversized_pool, concurrency=None,
+                  reserve_full_isl=True, **_unused):
+    """The one ReplayConfig of `policy replay` (and `policy plan`), built at the edge from the
+    options: the engine, the model (a preset or a config.json, at its precisions and TP), the
+    pool, the arrivals; everything below reads this one object."""
+    from sitsprof.policies.cost.models import DEFAULT_MODEL, get_model
+    from sitsprof.policies.serving.config import ReplayConfig
+
+    return ReplayConfig(
+        engine=engine, block_tokens=kv_block_tokens, max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs, model=get_model(model_name or DEFAULT_MODEL, dtype=weight_dtype,
+                                                   kv_dtype=kv_dtype, tp=tp),
+        calibration=calibration, capacities=capacity_text, gpu=gpu and gpu.lower(),
+        gpu_memory_utilization=gpu_memory_utilization, allow_oversized_pool=allow_oversized_pool,
+        rate_scale=rate_scale, concurrency=concurrency, seed=seed, policies=policy_text,
+        reserve_full_isl=reserve_full_isl, window_s=window_s, threshold=threshold or threshold_windows is not None,
+        sits={"threshold_windows": threshold_windows} if threshold_windows else None,
+    ).checked()
 
 
 def _routed_replay(trace_path, fmt, skip_bad_lines, as_json, config, instances, routing, cache_threshold, router_ttl,
@@ -574,9 +587,11 @@ def _routed_replay(trace_path, fmt, skip_bad_lines, as_json, config, instances, 
             click.echo(f"sitsprof: warning: {row['policy']} at {row['capacity']:,}: {line}", err=True)
 
 
+plan_cmd = make_plan_cmd(replay_cmd, replay_config)
+
 policy_group = click.Group(
     "policy", commands=[simulate_cmd, mrc_cmd, list_cmd, generate_cmd, serve_metrics, claims_cmd,
-              replay_cmd, validate_cmd],
+              replay_cmd, validate_cmd, plan_cmd],
     help="Replay KV-cache block traces through replacement policies (LRU, ARC, LIRS, ...).",
 )
 

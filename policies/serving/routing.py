@@ -310,6 +310,7 @@ def routed_document(trace, path, fmt, config=None, **settings) -> dict:
     from .config import ReplayConfig
     from .memory import resolve_pool
     from .reblock import reblock
+    from .saturation import merged
     from .scheduler import replay_row
     from .summary import _policies, engine_document, sits_options
 
@@ -334,6 +335,7 @@ def routed_document(trace, path, fmt, config=None, **settings) -> dict:
                 row.update(instance=i, instances=int(instances), routing=routing)
                 rows.append(row)
             agg.append(aggregate_row(routes, results, policy, cap))
+            agg[-1].update(merged([r for r in rows if r["policy"] == policy and r["capacity"] == cap]))
             if cap in oversized:
                 agg[-1]["warnings"].append(f"larger than the GPU holds (--allow-oversized-pool): {oversized[cap]}")
     return engine_document(trace, path, fmt, rb, rows, cfg, plan,

@@ -668,4 +668,7 @@ def replay_row(res: ReplayResult) -> dict:
     row["ttft_cdf_ms"] = [float(v) for v in np.percentile(ttft, np.arange(101))] if len(ttft) else []
     row["series"] = _series(res)
     row["sits"] = res.extra.get("sits")  # -p sits: the controller's windows and decisions (adaptive.py)
+    from .saturation import measure
+
+    row.update(measure(res))  # did the replica keep up with the arrivals (saturated: True, False, None)
     return row

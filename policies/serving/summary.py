@@ -5,6 +5,8 @@ with an empty `results` and the `replay` list (one `scheduler.replay_row` per re
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..engine.results import document, trace_summary
 from .memory import pool_fields, resolve_pool
 from .reblock import reblock
@@ -47,11 +49,13 @@ def replay_document(trace, path, fmt, config=None, *, reblocked=None, **settings
     rb = reblocked if reblocked is not None else reblock(trace, cfg.block_tokens)
     caps, plan, oversized = resolve_pool(cfg, rb.n_ids)
     plain = ReplayConfig.of(cfg, window_s=None, threshold=False, sits=None)
+    closed_loop = bool(np.isinf(rb.arrival).any())  # workload.py's closed loop: no arrival rate to keep up with
     rows = []
     for policy in names:
         run_cfg = cfg if policy == "sits" else plain
         for cap in caps:
             res = run_replay(trace, policy, cap, run_cfg, reblocked=rb)
+            res.extra["closed_loop"] = closed_loop
             rows.append(replay_row(res))
             rows[-1]["offered_requests_per_s"] = offered_rate(res.arrival)  # slo.py's saturation test
             rows[-1]["prompt_tokens_per_s"] = prompt_rate(res)
