@@ -20,6 +20,7 @@ from .console import (
     stdout_console,
 )
 from .options import DURATION, calibration_option
+from .plan import make_plan_cmd
 from .replaying import add_verdict, check_early, followed, replay_extras, show
 from .sits import claims_cmd, serve_metrics
 from .validate import validate_cmd
@@ -423,8 +424,17 @@ def _keep_trace_block_tokens(ctx, param, value):
 @click.option("--policy", "-p", "policy_text", default=REPLAY_POLICIES, show_default=True,
               help="Comma-separated policies ordering the evictable blocks: lru (vLLM's own order), fifo, sieve, "
                    "s3fifo, arc, lirs, lfu, sits (adaptive, per --window), or all.")
-@click.option("--capacity", "-c", "capacity_text", default="10%", show_default=True,
-              help="Comma-separated pool sizes in KV blocks (100k) or % of the re-blocked trace's distinct blocks.")
+@click.option("--capacity", "-c", "capacity_text", default=None,
+              help="Comma-separated pool sizes per replica: KV blocks (100k), % of the re-blocked trace's distinct "
+                   "blocks, or KV memory per GPU (60GiB). Default: what the GPU holds, as vLLM sizes it "
+                   "(--gpu-memory-utilization x memory - weights - activation reserve; policies/serving/memory.py).")
+@click.option("--gpu", type=click.Choice(["h100", "h200"], case_sensitive=False), default=None,
+              help="The GPU whose memory sizes the pool: H100 80 GB or H200 141 GB (default: the calibration's "
+                   "device).")
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True,
+              help="vLLM's share of GPU memory for weights, activations and KV (its default 0.9).")
+@click.option("--allow-oversized-pool", is_flag=True,
+              help="Replay a -c pool larger than the GPU holds, with a warning, instead of refusing it.")
 @click.option("--block-tokens", "kv_block_tokens", type=click.IntRange(min=1), default=16, show_default=True,
               help="Tokens per KV block of the replay; must divide the trace's block size (Mooncake: 512).")
 @click.option("--trace-block-tokens", type=click.IntRange(min=1), default=None, expose_value=False,
@@ -490,15 +500,16 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
                max_num_seqs, calibration, model_name, seed, skip_bad_lines, fmt, as_json, window_s=None,
                threshold=False, threshold_windows=None, instances=None, routing=None, cache_threshold=0.5,
                router_ttl="120s", load_window="60s", balance_abs=32, balance_rel=1.0001, concurrency=None, isl=None,
-               osl=None, requests=None, weight_dtype=None, kv_dtype=None, tp=None, reserve_full_isl=True) -> None:
+               osl=None, requests=None, weight_dtype=None, kv_dtype=None, tp=None, reserve_full_isl=True, gpu=None,
+               gpu_memory_utilization=0.9, allow_oversized_pool=False) -> None:
     """Serve TRACE's requests through a serving engine: arrivals at their timestamps, continuous batching,
     chunked prefill, the engine's prefix-cache rules, the policy ordering the evictable blocks."""
     replays = check_early(engine, policy_text, capacity_text, rate_scale)
-    from sitsprof.policies.cost.models import DEFAULT_MODEL, get_model
-
-    # the model read once, at the edge (before the kernels' import): a preset or a config.json,
-    # at its precisions and TP
-    model_name = get_model(model_name or DEFAULT_MODEL, dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp)
+    # built once, at the edge (before the kernels' import)
+    config = replay_config(engine, policy_text, capacity_text, kv_block_tokens, rate_scale, max_num_batched_tokens,
+                           max_num_seqs, calibration, model_name, seed, window_s, threshold, threshold_windows,
+                           weight_dtype, kv_dtype, tp, gpu, gpu_memory_utilization, allow_oversized_pool,
+                           concurrency, reserve_full_isl)
     from sitsprof.policies.serving.summary import replay_document, replay_table
 
     rb = None
@@ -510,25 +521,12 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
     elif trace_path is None:
         raise click.UsageError("give a TRACE, or --concurrency N --isl I --osl O for a synthetic closed loop")
     if instances is not None or routing is not None:
-        _routed_replay(trace_path, fmt, skip_bad_lines, as_json, instances, routing, cache_threshold, router_ttl,
-                       load_window, balance_abs, balance_rel, engine=engine, policies=policy_text,
-                       capacities=capacity_text, block_tokens=kv_block_tokens, rate_scale=rate_scale,
-                       max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                       calibration=calibration, model=model_name, seed=seed, window_s=window_s,
-                       threshold=threshold or threshold_windows is not None,
-                       sits={"threshold_windows": threshold_windows} if threshold_windows else None,
-                       reserve_full_isl=reserve_full_isl)
+        _routed_replay(trace_path, fmt, skip_bad_lines, as_json, config, instances, routing, cache_threshold,
+                       router_ttl, load_window, balance_abs, balance_rel)
         return
     if rb is None:
         trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
-    doc = followed(replays, replay_document, not as_json)(trace, trace_path, fmt, engine=engine,
-                                                          policies=policy_text, capacities=capacity_text,
-                          block_tokens=kv_block_tokens, rate_scale=rate_scale,
-                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                          calibration=calibration, model=model_name, seed=seed, window_s=window_s,
-                          threshold=threshold or threshold_windows is not None,
-                          sits={"threshold_windows": threshold_windows} if threshold_windows else None,
-                          reblocked=rb, reserve_full_isl=reserve_full_isl)
+    doc = followed(replays, replay_document, not as_json)(trace, trace_path, fmt, config, reblocked=rb)
     add_verdict(doc)
     if as_json:
         emit_json(doc)
@@ -539,9 +537,33 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
             click.echo(f"sitsprof: warning: {row['policy']} at {row['capacity']:,}: {line}", err=True)
 
 
-def _routed_replay(trace_path, fmt, skip_bad_lines, as_json, instances, routing, cache_threshold, router_ttl,
-                  load_window, balance_abs, balance_rel, **replay) -> None:
+def replay_config(engine, policy_text, capacity_text, kv_block_tokens, rate_scale, max_num_batched_tokens,
+                  max_num_seqs, calibration, model_name, seed, window_s, threshold, threshold_windows, weight_dtype,
+                  kv_dtype, tp, gpu, gpu_memory_utilization, allow_oversized_pool, concurrency=None,
+                  reserve_full_isl=True, **_unused):
+    """The one ReplayConfig of `policy replay` (and `policy plan`), built at the edge from the
+    options: the engine, the model (a preset or a config.json, at its precisions and TP), the
+    pool, the arrivals; everything below reads this one object."""
+    from sitsprof.policies.cost.models import DEFAULT_MODEL, get_model
+    from sitsprof.policies.serving.config import ReplayConfig
+
+    return ReplayConfig(
+        engine=engine, block_tokens=kv_block_tokens, max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs, model=get_model(model_name or DEFAULT_MODEL, dtype=weight_dtype,
+                                                   kv_dtype=kv_dtype, tp=tp),
+        calibration=calibration, capacities=capacity_text, gpu=gpu and gpu.lower(),
+        gpu_memory_utilization=gpu_memory_utilization, allow_oversized_pool=allow_oversized_pool,
+        rate_scale=rate_scale, concurrency=concurrency, seed=seed, policies=policy_text,
+        reserve_full_isl=reserve_full_isl, window_s=window_s, threshold=threshold or threshold_windows is not None,
+        sits={"threshold_windows": threshold_windows} if threshold_windows else None,
+    ).checked()
+
+
+def _routed_replay(trace_path, fmt, skip_bad_lines, as_json, config, instances, routing, cache_threshold, router_ttl,
+                   load_window, balance_abs, balance_rel) -> None:
     """`policy replay --instances N [--routing R]`: the router's settings checked before the trace is read."""
+    from dataclasses import replace
+
     from sitsprof.policies.errors import ServingReplayError
     from sitsprof.policies.serving.names import serving_names
     from sitsprof.policies.serving.routing import RouterSettings, check_routing, routed_document, routed_table
@@ -552,10 +574,10 @@ def _routed_replay(trace_path, fmt, skip_bad_lines, as_json, instances, routing,
     settings = RouterSettings(ttl_s=router_ttl, load_window_s=load_window,
                               balance_abs=balance_abs, balance_rel=balance_rel,
                               cache_threshold=cache_threshold).checked()
+    config = replace(config, instances=instances, routing=routing, router=settings)
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
-    total = len(serving_names(replay["policies"])) * len(replay["capacities"].split(",")) * instances
-    doc = add_verdict(followed(total, routed_document, not as_json)(trace, trace_path, fmt, instances, routing,
-                                                                    settings=settings, **replay))
+    total = len(serving_names(config.policies)) * len((config.capacities or "memory").split(",")) * instances
+    doc = add_verdict(followed(total, routed_document, not as_json)(trace, trace_path, fmt, config))
     if as_json:
         emit_json(doc)
         return
@@ -565,9 +587,11 @@ def _routed_replay(trace_path, fmt, skip_bad_lines, as_json, instances, routing,
             click.echo(f"sitsprof: warning: {row['policy']} at {row['capacity']:,}: {line}", err=True)
 
 
+plan_cmd = make_plan_cmd(replay_cmd, replay_config)
+
 policy_group = click.Group(
     "policy", commands=[simulate_cmd, mrc_cmd, list_cmd, generate_cmd, serve_metrics, claims_cmd,
-              replay_cmd, validate_cmd],
+              replay_cmd, validate_cmd, plan_cmd],
     help="Replay KV-cache block traces through replacement policies (LRU, ARC, LIRS, ...).",
 )
 

@@ -68,7 +68,7 @@ def check_early(engine: str, policy_text: str, capacity_text: str, rate_scale: f
             raise ServingReplayError(f"--engine sglang evicts radix-tree leaves by last access (lru); -p "
                                      f"{','.join(other)} has no radix form yet (use -p lru, or --engine vllm)")
     # The grammar and the sign, with any block count for the %s (the real count comes with the trace).
-    caps = parse_capacities(capacity_text, 1_000_000)
+    caps = [None] if capacity_text is None else parse_capacities(capacity_text, 1_000_000, block_bytes=1)
     if not math.isfinite(rate_scale):
         raise ServingReplayError(f"--rate-scale {rate_scale}: must be a finite positive number "
                                  "(2 = twice the arrival rate)")

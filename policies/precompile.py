@@ -73,7 +73,7 @@ def _warm_serving(trace) -> None:
     replay_document(trace, "warm", "mooncake", policies=",".join(SERVING_POLICIES), capacities=cap)
     replay_document(trace, "warm", "mooncake", policies="sits", capacities=cap, threshold=True)
     replay_document(trace, "warm", "mooncake", engine="sglang", policies="lru", capacities=cap)
-    routed_document(trace, "warm", "mooncake", 2, "prefix", settings=RouterSettings().checked(),
+    routed_document(trace, "warm", "mooncake", instances=2, routing="prefix", router=RouterSettings().checked(),
                     policies="lru", capacities=cap)
 
 

@@ -65,12 +65,13 @@ def _replay_parts(replay) -> tuple[list, list]:
     rows = [[r.get("policy"), r.get("capacity"), r.get("ttft_p50_ms"), r.get("ttft_p99_ms"),
              r.get("tpot_p50_ms"), r.get("tpot_p99_ms"), r.get("queue_wait_p99_ms"), r.get("prompt_tokens_per_s"),
              r.get("output_tokens_per_s"), r.get("tokens_per_s"), r.get("block_hit_ratio"),
-             r.get("prefix_hit_ratio"), r.get("preemptions"), r.get("peak_pinned_blocks"), r.get("rejected")]
+             r.get("prefix_hit_ratio"), r.get("preemptions"), r.get("peak_pinned_blocks"), r.get("rejected"),
+             {True: "NO (saturated)", False: "yes"}.get(r.get("saturated"), "-")]
             for r in entries]
     engines = sorted({str(r.get("engine")) for r in entries})
     table = Table(["policy", "pool (blocks)", "TTFT P50 (ms)", "TTFT P99 (ms)", "TPOT P50 (ms)", "TPOT P99 (ms)",
                    "queue wait P99 (ms)", "prompt tokens/s", "output tokens/s", "total tokens/s", "block hit ratio",
-                   "prefix hit ratio", "preemptions", "peak pinned blocks", "rejected"], rows,
+                   "prefix hit ratio", "preemptions", "peak pinned blocks", "rejected", "kept up"], rows,
                   title="Serving replay",
                   caption=f"{', '.join(engines)} rules. Latencies in ms; prompt and output tokens/s: the finished "
                           "requests' tokens per simulated second; total tokens/s: every token scheduled "

@@ -149,7 +149,8 @@ def test_replay_takes_a_config(path, tmp_path, capsys):
 
     trace = write_mooncake_jsonl(generate_requests(seed=2, duration_s=20.0), tmp_path / "w.jsonl")
     tp = 8 if path == DSV3 else 1
-    assert main(["policy", "replay", str(trace), "-c", "3000", "--model", str(path), "--tp", str(tp), "--json"]) == 0
+    assert main(["policy", "replay", str(trace), "-c", "3000", "--model", str(path), "--tp", str(tp), "--gpu", "h200",
+                 "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     spec = get_model(path, tp=tp)
     (row,) = doc["replay"]

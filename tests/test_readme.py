@@ -153,7 +153,7 @@ def test_mooncake_table_is_what_the_command_prints(cli):
 @pytest.mark.slow
 def test_replay_table_is_what_the_command_prints(cli):
     """The README's serving-replay table equals `policy replay bundled:mooncake -p all -c 10%
-    --rate-scale 0.25 --json` now: every policy the replay has, each figure as printed."""
+    --rate-scale 0.25 --allow-oversized-pool --json` now: every policy the replay has, each figure as printed."""
     text = README.read_text(encoding="utf-8")
     section = text[text.index("### Serving replay: requests in flight"):]
     table = {}
@@ -164,7 +164,7 @@ def test_replay_table_is_what_the_command_prints(cli):
         elif table and not line.startswith("|"):
             break
     code, out, err = cli("policy", "replay", "bundled:mooncake", "-p", "all", "-c", "10%", "--rate-scale", "0.25",
-                         "--json")
+                         "--allow-oversized-pool", "--json")
     assert code == 0, err
     got = {r["policy"]: [f"{r['ttft_p50_ms'] / 1e3:,.2f}", f"{r['ttft_p99_ms'] / 1e3:,.2f}",
                          f"{r['tokens_per_s']:,.0f}", f"{r['requests_per_s']:.3f}", f"{r['block_hit_ratio']:.4f}",

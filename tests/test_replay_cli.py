@@ -108,7 +108,8 @@ def _pipe_table(text: str) -> list[str]:
 
 
 def test_piped_table_fits_100_columns_and_names_every_row(trace_path, cli):
-    code, out, err = cli("policy", "replay", str(trace_path), "-p", "all", "-c", "3000,1234567", "--rate-scale", "4")
+    code, out, err = cli("policy", "replay", str(trace_path), "-p", "all", "-c", "3000,1234567", "--rate-scale", "4",
+                         "--allow-oversized-pool")
     assert code == 0, err
     assert "…" not in out
     lines = out.splitlines()
@@ -123,7 +124,7 @@ def test_piped_table_fits_100_columns_and_names_every_row(trace_path, cli):
     assert [r[0] for r in rows] == [p for p in SERVING_POLICIES for _ in (0, 1)]
     assert all(len(line) <= 100 for line in lines[header:header + 2 + len(rows)])
     doc_code, doc_out, _ = cli("policy", "replay", str(trace_path), "-p", "all", "-c", "3000,1234567",
-                               "--rate-scale", "4", "--json")
+                               "--rate-scale", "4", "--allow-oversized-pool", "--json")
     doc = json.loads(doc_out)
     for cells, row in zip(rows, doc["replay"]):  # every figure whole: the document's, as printed
         assert cells[1] == f"{row['capacity']:,}"
@@ -264,7 +265,8 @@ def test_signal_stops_a_long_replay_at_once_and_cleans_up(tmp_path, sig, code):
     trace = tmp_path / "trace.jsonl"
     trace.write_bytes(lzma.decompress(MOONCAKE.read_bytes()))
     with open(trace, "rb") as stdin:
-        proc = subprocess.Popen([*SITSPROF, "policy", "replay", "-", "-p", "all", "-c", "1%,2%,5%,10%"], env=env,
+        proc = subprocess.Popen([*SITSPROF, "policy", "replay", "-", "-p", "all", "-c", "1%,2%,5%,10%",
+                                 "--allow-oversized-pool"], env=env,
                                 stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         time.sleep(8)
         assert proc.poll() is None, proc.communicate()

@@ -88,7 +88,7 @@ def test_compressed_arrivals_through_the_cli_json(mooncake):
     got = {}
     for scale in (1, 4):
         res = runner.invoke(cli, ["policy", "replay", "bundled:mooncake", "-p", "lru", "-c", str(cap),
-                                  "--rate-scale", str(scale), "--json"])
+                                  "--allow-oversized-pool", "--rate-scale", str(scale), "--json"])
         assert res.exit_code == 0, res.output
         doc = json.loads(res.output)
         assert doc["engine"]["rate_scale"] == scale

@@ -95,6 +95,7 @@ class ModelPreset:
     moe_layers: int = 0
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
+    vocab_size: int = 0  # the LM head's width (the profiling run's logits: serving/memory.py); 0 unknown
 
     @property
     def kv_element_bytes(self) -> int:
@@ -182,18 +183,19 @@ PRESETS: dict[str, ModelPreset] = {
     "qwen2-72b": ModelPreset(
         name="qwen2-72b", layers=80, kv_heads=8, head_dim=128, kv_elems_per_token_layer=2 * 8 * 128,
         dtype_bytes=2, params_active_b=72.7, params_total_b=72.7, q_heads=64, attn_dim=128,
-        tensor_parallel=4, source="https://huggingface.co/Qwen/Qwen2-72B/blob/main/config.json",
+        tensor_parallel=4, source="https://huggingface.co/Qwen/Qwen2-72B/blob/main/config.json", vocab_size=152_064,
     ),
     "deepseek-v2": ModelPreset(
         name="deepseek-v2", layers=60, kv_heads=1, head_dim=576, kv_elems_per_token_layer=512 + 64,
         dtype_bytes=2, params_active_b=21.0, params_total_b=236.0, q_heads=128, attn_dim=192,
         tensor_parallel=8, source="https://huggingface.co/deepseek-ai/DeepSeek-V2/blob/main/config.json",
-        attention="mla", experts=160, experts_active=6, shared_experts=2, moe_layers=59,
+        attention="mla", experts=160, experts_active=6, shared_experts=2, moe_layers=59, vocab_size=102_400,
     ),
     "phi-3-mini": ModelPreset(
         name="phi-3-mini", layers=32, kv_heads=32, head_dim=96, kv_elems_per_token_layer=2 * 32 * 96,
         dtype_bytes=2, params_active_b=3.8, params_total_b=3.8, q_heads=32, attn_dim=96,
         tensor_parallel=1, source="https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json",
+        vocab_size=32_064,
     ),
 }
 DEFAULT_MODEL = "qwen2-72b"
@@ -435,7 +437,7 @@ def from_hf_config(path, dtype: str | None = None, kv_dtype: str | None = None, 
         tensor_parallel=1, source=str(path), kv_dtype_bytes=_dtype_bytes(kdtype, "--kv-dtype"), attention=attention,
         params_16bit_b=at_16 / 1e9, experts=n_experts, experts_active=top_k if n_experts else 0,
         shared_experts=n_shared + (1 if cfg.get("shared_expert_intermediate_size") else 0), moe_layers=n_moe,
-        dtype=wdtype, kv_dtype=kdtype,
+        dtype=wdtype, kv_dtype=kdtype, vocab_size=vocab,
     )
     if tp is not None:
         spec = replace(spec, tensor_parallel=_check_tp(spec, tp))

@@ -22,6 +22,7 @@ __all__ = [
 ]
 
 _CAPACITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM%]?)\s*$")
+_BYTES = re.compile(r"^\s*\d+(?:\.\d+)?\s*(?:[kKmMgGtT][iI]?)?[bB]\s*$")  # 60GiB, 512MB, 4096B (not 10k, 2M)
 
 
 def check_capacity(capacity) -> int:
@@ -44,11 +45,20 @@ def check_capacity(capacity) -> int:
     return value
 
 
-def parse_capacities(text: str, n_blocks: int) -> list[int]:
-    """`1000,10k,2M,5%` -> block counts; a percentage is of the trace's distinct blocks."""
+def parse_capacities(text: str, n_blocks: int, block_bytes: float | None = None) -> list[int]:
+    """`1000,10k,2M,5%` -> block counts; a percentage is of the trace's distinct blocks; with
+    `block_bytes`, `60GiB` is that memory's whole blocks."""
+    from sitsprof.common.sizes import parse_size
+
     caps: list[int] = []
     for item in str(text).split(","):
         if not item.strip():
+            continue
+        if _BYTES.match(item):
+            if not block_bytes:
+                raise CapacityError(f"capacity {item.strip()!r} is memory, and these blocks have no size in bytes; "
+                                    "give a block count such as 10k or a percentage such as 5%")
+            caps.append(check_capacity(max(1, int(parse_size(item.strip().replace(" ", "")) // block_bytes))))
             continue
         match = _CAPACITY.match(item)
         if match is None:

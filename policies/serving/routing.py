@@ -216,16 +216,20 @@ def subset(rb: Reblocked, requests: np.ndarray) -> Reblocked:
                    ref_offsets=ref_offsets)
 
 
-def run_routed(trace, policy: str, capacity: int, instances: int, routing: str = "round-robin", *,
-               reblocked: Reblocked | None = None, settings: RouterSettings | None = None, rate_scale: float = 1.0,
-               seed: int = 0, **replay_kwargs):
-    """Route `trace` to `instances` instances and replay each (module docstring). Returns
+def run_routed(trace, policy: str, capacity: int, instances: int, routing: str = "round-robin", config=None, *,
+               reblocked: Reblocked | None = None, settings: RouterSettings | None = None, log_evictions: bool = False,
+               **replay_settings):
+    """Route `trace` to `instances` instances and replay each as `config` (a ReplayConfig;
+    keyword `replay_settings` named as its fields laid over it; module docstring). Returns
     (routes, [ReplayResult per instance, None where an instance got no request])."""
+    from .config import ReplayConfig
     from .reblock import reblock
     from .scheduler import run_replay
 
+    cfg = ReplayConfig.of(config, **replay_settings)
     routing = check_routing(instances, routing)
-    rb = reblocked if reblocked is not None else reblock(trace, replay_kwargs.get("block_tokens", 16))
+    rate_scale = cfg.rate_scale
+    rb = reblocked if reblocked is not None else reblock(trace, cfg.block_tokens)
     routes = route(trace, instances, routing, rate_scale, settings, arrival=rb.arrival / rate_scale)
     out = []
     for i in range(instances):
@@ -235,8 +239,8 @@ def run_routed(trace, policy: str, capacity: int, instances: int, routing: str =
             continue
         sub = subset(rb, idx)
         with np.errstate(over="ignore"):  # the step model mixes the seed by a wrapping uint64 multiply
-            res = run_replay(None, policy, capacity, rate_scale=rate_scale, seed=seed + i, reblocked=sub,
-                             **replay_kwargs)
+            res = run_replay(None, policy, capacity, ReplayConfig.of(cfg, seed=cfg.seed + i), reblocked=sub,
+                             log_evictions=log_evictions)
         res.extra["requests_index"] = idx
         out.append(res)
     return routes, out
@@ -298,33 +302,32 @@ def aggregate_row(routes: Routes, results: list, policy: str, capacity: int) -> 
     }
 
 
-def routed_document(trace, path, fmt, instances: int, routing: str = "round-robin", engine="vllm", policies="lru",
-                    capacities="10%", block_tokens=16, rate_scale=1.0, max_num_batched_tokens=8192,
-                    max_num_seqs=256, calibration=None, model=None, seed=0,
-                    settings: RouterSettings | None = None, window_s=None, threshold=False, sits=None,
-                    reserve_full_isl=True) -> dict:
+def routed_document(trace, path, fmt, config=None, **settings) -> dict:
     """`policy replay --instances N`'s document: per-instance `replay` rows and the `routing`
-    object with one aggregate row per (policy, capacity) (docs/policy-results.md)."""
-    from ..engine.capacity import parse_capacities
+    object with one aggregate row per (policy, capacity) (docs/policy-results.md), as `config`
+    (a ReplayConfig with `instances`, `routing` and `router`; keyword `settings` named as its
+    fields laid over it)."""
+    from .config import ReplayConfig
+    from .memory import resolve_pool
     from .reblock import reblock
+    from .saturation import merged
     from .scheduler import replay_row
     from .summary import _policies, engine_document, sits_options
 
-    routing = check_routing(instances, routing)
-    s = (settings or RouterSettings()).checked()
-    names = _policies(policies)
-    sits_args = sits_options(names, window_s, threshold, sits)
-    rb = reblock(trace, block_tokens)
-    caps = parse_capacities(capacities, rb.n_ids)
+    cfg = ReplayConfig.of(config, **settings)
+    instances = cfg.instances
+    routing = check_routing(instances, cfg.routing or "round-robin")
+    s = (cfg.router or RouterSettings()).checked()
+    names = _policies(cfg.policies)
+    sits_options(names, cfg.window_s, cfg.threshold, cfg.sits)  # given without -p sits: refused
+    rb = reblock(trace, cfg.block_tokens)
+    caps, plan, oversized = resolve_pool(cfg, rb.n_ids)  # per instance: each replica its own GPUs
+    plain = ReplayConfig.of(cfg, window_s=None, threshold=False, sits=None)
     rows, agg = [], []
     for policy in names:
-        adaptive = sits_args if policy == "sits" else {}
+        run_cfg = cfg if policy == "sits" else plain
         for cap in caps:
-            routes, results = run_routed(trace, policy, cap, instances, routing, reblocked=rb, settings=s,
-                                         rate_scale=rate_scale, seed=seed, engine=engine,
-                                         block_tokens=block_tokens, max_num_batched_tokens=max_num_batched_tokens,
-                                         max_num_seqs=max_num_seqs, calibration=calibration, model=model,
-                                         reserve_full_isl=reserve_full_isl, **adaptive)
+            routes, results = run_routed(trace, policy, cap, instances, routing, run_cfg, reblocked=rb, settings=s)
             for i, res in enumerate(results):
                 if res is None:
                     continue
@@ -332,9 +335,10 @@ def routed_document(trace, path, fmt, instances: int, routing: str = "round-robi
                 row.update(instance=i, instances=int(instances), routing=routing)
                 rows.append(row)
             agg.append(aggregate_row(routes, results, policy, cap))
-    return engine_document(trace, path, fmt, rb, rows, engine=engine, block_tokens=block_tokens,
-                           rate_scale=rate_scale, max_num_batched_tokens=max_num_batched_tokens,
-                           max_num_seqs=max_num_seqs, reserve_full_isl=reserve_full_isl,
+            agg[-1].update(merged([r for r in rows if r["policy"] == policy and r["capacity"] == cap]))
+            if cap in oversized:
+                agg[-1]["warnings"].append(f"larger than the GPU holds (--allow-oversized-pool): {oversized[cap]}")
+    return engine_document(trace, path, fmt, rb, rows, cfg, plan,
                            routing={"routing": routing, "instances": int(instances), **s.as_dict(),
                                     "aggregate": agg})
 

@@ -469,13 +469,11 @@ class ReplayResult:
         return row
 
 
-def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "vllm", block_tokens: int = 16,
-               rate_scale: float = 1.0, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
-               calibration=None, model=None, seed: int = 0, all_evictable: bool = False,
-               log_evictions: bool = False, reblocked=None, driver=None, window_s: float | None = None,
-               threshold: bool = False, sits: dict | None = None, step_profile: dict | None = None,
-               reserve_full_isl: bool = True, serial: bool | None = None) -> ReplayResult:
-    """Replay `trace` through the serving engine (module docstring); `all_evictable` is the
+def run_replay(trace, policy: str = "lru", capacity: int = 1000, config=None, *, all_evictable: bool = False,
+               log_evictions: bool = False, reblocked=None, driver=None, **settings) -> ReplayResult:
+    """Replay `trace` through the serving engine (module docstring) as `config` (a
+    config.ReplayConfig; keyword `settings` named as its fields are laid over it, so
+    ``run_replay(trace, "lru", 1000, rate_scale=2)`` still works); `all_evictable` is the
     no-pinning check mode (every reference a kernel reference). `driver(run, meta)` (a
     ReplayRun and what `ReplayRun.result` needs) drives the run window by window and returns
     the ReplayResult (adaptive.py's SITS / threshold drivers); None runs it in one call.
@@ -487,44 +485,45 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "
     rate_scale <= SERIAL_RATE_SCALE)."""
     import time as _time
 
+    from .config import ReplayConfig
     from .evictors import LIRS, POLICY_IDS, S3FIFO, SITS
     from .evictors import new_state as new_evictor
     from .pool import new_pool
     from .reblock import reblock
 
+    cfg = ReplayConfig.of(config, **settings)
+    engine, rate_scale = cfg.engine, cfg.rate_scale
     policy = policy.lower()
     if policy not in POLICY_IDS:
         raise ReplayError(f"policy {policy!r} has no incremental form for the serving replay; "
                           f"choose from {', '.join(POLICY_IDS)}")
-    if engine not in ("vllm", "sglang"):
-        raise ReplayError(f"unknown engine {engine!r}; choose vllm or sglang")
+    cfg.checked()
     if capacity < 1:
         raise ReplayError(f"capacity {capacity} blocks: the pool needs at least one block (-c 1000)")
-    if rate_scale <= 0 or not np.isfinite(rate_scale):
-        raise ReplayError(f"--rate-scale {rate_scale}: must be a positive number (2 = twice the arrival rate)")
-    if max_num_batched_tokens < 1 or max_num_seqs < 1:
-        raise ReplayError("--max-num-batched-tokens and --max-num-seqs must be at least 1")
     pid = POLICY_IDS[policy]
+    threshold, window_s, sits = cfg.threshold, cfg.window_s, cfg.sits
     if (threshold or window_s is not None or sits) and pid != SITS:
         raise ReplayError(f"--threshold, --window and the SITS options drive -p sits (not -p {policy})")
     if pid == SITS and driver is None:
         from .adaptive import WINDOW_S
         from .adaptive import driver as sits_driver
 
-        driver = sits_driver(WINDOW_S if window_s is None else window_s, threshold, calibration, **(sits or {}))
+        driver = sits_driver(WINDOW_S if window_s is None else window_s, threshold, cfg.calibration, **(sits or {}))
         if threshold:
             pid = LIRS  # the threshold engine's baseline serves until it hot-switches to SITS
     if pid == LIRS and capacity < 2:
         raise ReplayError(f"lirs at {capacity} block has no LIR set (it needs 2 blocks or more; raise -c)")
     if pid == S3FIFO and capacity < 20:
         raise ReplayError(f"s3fifo at {capacity} blocks has no small queue (it needs 20 blocks or more; raise -c)")
-    rb = reblocked if reblocked is not None else reblock(trace, block_tokens)
+    rb = reblocked if reblocked is not None else reblock(trace, cfg.block_tokens)
     mode = 1 if all_evictable else 0
     n_ids = (int(rb.ref_ids.max()) + 1 if len(rb.ref_ids) else 1) if mode else rb.n_ids
     S = new_evictor(pid, n_ids, capacity)
     log_cap = int(rb.offsets[-1]) * 4 + len(rb.ref_ids) if log_evictions else 0
     pool = new_pool(n_ids, int(rb.offsets[-1]), capacity, log_cap)
-    model_obj = StepCostModel.from_calibration(calibration, model, rb.block_tokens, seed, profile=step_profile)
+    seed = cfg.seed
+    model_obj = StepCostModel.from_calibration(cfg.calibration, cfg.model, rb.block_tokens, seed,
+                                               profile=cfg.step_profile)
     arrival = np.ascontiguousarray(rb.arrival / rate_scale, dtype=np.float64)
     ref_hit = np.zeros(len(rb.ref_ids) if mode else 1, dtype=np.uint8)
     rng_state = np.array([np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(1)], dtype=np.uint64)
@@ -535,11 +534,12 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, engine: str = "
     if engine == "sglang" and all_evictable:
         raise ReplayError("the all-evictable check mode is the vLLM pool's; use engine='vllm'")
     R = new_radix(n_ids, engine == "sglang")
+    reserve_full_isl, serial = cfg.reserve_full_isl, cfg.serial
     if serial is None:
         serial = rate_scale <= SERIAL_RATE_SCALE
     rules = (RULE_FULL_ISL if reserve_full_isl else 0) | (RULE_SERIAL if serial else 0)
-    run = ReplayRun(pid, S, pool, SGLANG if engine == "sglang" else VLLM, R, rb, arrival, max_num_batched_tokens,
-                    max_num_seqs, mode, ref_hit, model_obj.params, rng_state, terms, rules)
+    run = ReplayRun(pid, S, pool, SGLANG if engine == "sglang" else VLLM, R, rb, arrival, cfg.max_num_batched_tokens,
+                    cfg.max_num_seqs, mode, ref_hit, model_obj.params, rng_state, terms, rules)
     meta = {"engine": engine, "policy": policy, "capacity": int(capacity), "rate_scale": float(rate_scale),
             "rules": admission_rules(reserve_full_isl, serial),
             "log_evictions": log_evictions,
@@ -668,4 +668,7 @@ def replay_row(res: ReplayResult) -> dict:
     row["ttft_cdf_ms"] = [float(v) for v in np.percentile(ttft, np.arange(101))] if len(ttft) else []
     row["series"] = _series(res)
     row["sits"] = res.extra.get("sits")  # -p sits: the controller's windows and decisions (adaptive.py)
+    from .saturation import measure
+
+    row.update(measure(res))  # did the replica keep up with the arrivals (saturated: True, False, None)
     return row

@@ -64,7 +64,7 @@ def saturation(row: dict) -> str:
     if done is not None and offered and done < SATURATED_SHARE * offered:
         why.append(f"{done:.3g} requests/s finished of {offered:.3g} arriving")
     if not why and row.get("saturated"):
-        why.append("saturated")
+        why.append((row.get("saturation") or {}).get("why") or "saturated")
     return ", ".join(why)
 
 

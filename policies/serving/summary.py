@@ -5,8 +5,10 @@ with an empty `results` and the `replay` list (one `scheduler.replay_row` per re
 """
 from __future__ import annotations
 
-from ..engine.capacity import parse_capacities
+import numpy as np
+
 from ..engine.results import document, trace_summary
+from .memory import pool_fields, resolve_pool
 from .reblock import reblock
 from .scheduler import DONE, SERIAL_RATE_SCALE, admission_rules, replay_row, run_replay
 from .slo import offered_rate
@@ -33,46 +35,47 @@ def sits_options(names: list[str], window_s=None, threshold=False, sits=None) ->
     return given
 
 
-def replay_document(trace, path, fmt, engine="vllm", policies="lru", capacities="10%", block_tokens=16,
-                    rate_scale=1.0, max_num_batched_tokens=8192, max_num_seqs=256, calibration=None, model=None,
-                    seed=0, window_s=None, threshold=False, sits=None, reblocked=None,
-                    reserve_full_isl=True) -> dict:
-    """`window_s`, `threshold` and `sits` (SitsConfig fields, threshold_*) drive -p sits only;
-    `reblocked`: the trace already re-blocked (workload.py's closed loop sets its arrivals);
-    `reserve_full_isl` is vLLM 0.33's admission gate (scheduler.run_replay)."""
-    names = _policies(policies)
-    sits_args = sits_options(names, window_s, threshold, sits)
-    rb = reblocked if reblocked is not None else reblock(trace, block_tokens)
-    caps = parse_capacities(capacities, rb.n_ids)
+def replay_document(trace, path, fmt, config=None, *, reblocked=None, **settings) -> dict:
+    """The document of every (policy, capacity) replay of `trace` as `config` (a ReplayConfig;
+    keyword `settings` named as its fields laid over it). `window_s`, `threshold` and `sits`
+    (SitsConfig fields, threshold_*) drive -p sits only; `reblocked`: the trace already
+    re-blocked (workload.py's closed loop sets its arrivals); `config.reserve_full_isl` is vLLM
+    0.33's admission gate (scheduler.run_replay)."""
+    from .config import ReplayConfig
+
+    cfg = ReplayConfig.of(config, **settings)
+    names = _policies(cfg.policies)
+    sits_options(names, cfg.window_s, cfg.threshold, cfg.sits)  # given without -p sits: refused
+    rb = reblocked if reblocked is not None else reblock(trace, cfg.block_tokens)
+    caps, plan, oversized = resolve_pool(cfg, rb.n_ids)
+    plain = ReplayConfig.of(cfg, window_s=None, threshold=False, sits=None)
+    closed_loop = bool(np.isinf(rb.arrival).any())  # workload.py's closed loop: no arrival rate to keep up with
     rows = []
     for policy in names:
-        adaptive = sits_args if policy == "sits" else {}
+        run_cfg = cfg if policy == "sits" else plain
         for cap in caps:
-            res = run_replay(trace, policy, cap, engine=engine, block_tokens=block_tokens, rate_scale=rate_scale,
-                             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                             calibration=calibration, model=model, seed=seed, reblocked=rb,
-                             reserve_full_isl=reserve_full_isl, **adaptive)
+            res = run_replay(trace, policy, cap, run_cfg, reblocked=rb)
+            res.extra["closed_loop"] = closed_loop
             rows.append(replay_row(res))
             rows[-1]["offered_requests_per_s"] = offered_rate(res.arrival)  # slo.py's saturation test
             rows[-1]["prompt_tokens_per_s"] = prompt_rate(res)
-    return engine_document(trace, path, fmt, rb, rows, engine=engine, block_tokens=block_tokens,
-                           rate_scale=rate_scale, max_num_batched_tokens=max_num_batched_tokens,
-                           max_num_seqs=max_num_seqs, reserve_full_isl=reserve_full_isl)
+            if cap in oversized:
+                rows[-1]["warnings"].append(f"larger than the GPU holds (--allow-oversized-pool): {oversized[cap]}")
+    return engine_document(trace, path, fmt, rb, rows, cfg, plan)
 
 
-def engine_document(trace, path, fmt, rb, rows, *, engine, block_tokens, rate_scale, max_num_batched_tokens,
-                    max_num_seqs, reserve_full_isl=True, **fields) -> dict:
-    """The policy-results document of serving replays `rows` of `trace` (re-blocked `rb`), with
-    `fields` (routing.py's `routing`) beside `trace`, `engine` and `replay`."""
+def engine_document(trace, path, fmt, rb, rows, config, plan=None, **fields) -> dict:
+    """The policy-results document of serving replays `rows` of `trace` (re-blocked `rb`) as
+    `config` (a ReplayConfig; `plan` its memory.MemoryPlan), with `fields` (routing.py's
+    `routing`) beside `trace`, `engine` and `replay`."""
     summary = trace_summary(trace, path, fmt)
-    summary["kv_block_tokens"] = int(block_tokens)
+    summary["kv_block_tokens"] = int(config.block_tokens)
     summary["kv_blocks"] = int(rb.n_ids)
     summary["shared_kv_blocks"] = int(rb.n_shared)
-    return document([], trace=summary, replay=rows,
-                    engine={"engine": engine, "block_tokens": int(block_tokens), "rate_scale": float(rate_scale),
-                            "max_num_batched_tokens": int(max_num_batched_tokens),
-                            "max_num_seqs": int(max_num_seqs),
-                            **admission_rules(reserve_full_isl, rate_scale <= SERIAL_RATE_SCALE)}, **fields)
+    serial = config.serial if config.serial is not None else config.rate_scale <= SERIAL_RATE_SCALE
+    engine = {**config.engine_fields(), **admission_rules(config.reserve_full_isl, serial),
+              "pool": pool_fields(plan, config.capacities is not None)}
+    return document([], trace=summary, replay=rows, engine=engine, **fields)
 
 
 def prompt_rate(res) -> float:

@@ -10,6 +10,7 @@ Latencies are in ms everywhere (table, JSON, report); tokens/s says which tokens
 """
 from __future__ import annotations
 
+from .saturation import saturation_lines
 from .slo import saturation
 
 #: (header, justify): the default table; `replay_table` fills them from a replay row.
@@ -60,6 +61,10 @@ def replay_table(doc: dict):
         shares = doc["replay"][0]["term_share"]
         lines.append(f"step time: {doc['replay'][0]['latency_model']}; share of the summed terms: "
                      + ", ".join(f"{k} {100 * v:.0f}%" for k, v in shares.items()))
+        pool = e.get("pool") or {}
+        if pool.get("line"):
+            lines.append(f"pool ({pool['source']}): {pool['line']}")
+        lines.extend(saturation_lines(doc["replay"]))
         lines.extend(sits_line(r) for r in doc["replay"] if r.get("sits"))
     table.caption = "\n".join(lines)
     return table
