@@ -41,6 +41,35 @@ class Duration(click.ParamType):
 DURATION = Duration()
 
 
+class Milliseconds(click.ParamType):
+    """A latency target in milliseconds, as serving engineers write them (vLLM's benchmark
+    `--goodput ttft:2000`): a bare number is ms; with a unit it is the one duration grammar
+    (`2s`, `100ms`), so `--slo-ttft-p99 2s` and `--slo-ttft-p99 2000` agree. Must be positive."""
+
+    name = "milliseconds"
+
+    def get_metavar(self, param, ctx=None) -> str:  # click < 8.2 passes no ctx
+        return "MS"
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip()
+        try:
+            ms = float(text)
+        except ValueError:
+            try:
+                ms = parse_duration(text, positive=True) * 1e3
+            except DurationError:
+                ms = float("nan")
+        if not (ms > 0 and ms != float("inf")):
+            self.fail(f"{value!r} must be a positive number of milliseconds (such as 2000) or a duration "
+                      "(such as 2s)", param, ctx)
+        return ms
+
+
+#: A positive latency target in ms (`--slo-ttft-p99 2000` or `2s`).
+MILLISECONDS = Milliseconds()
+
+
 def calibration_option(ctx, param, value):
     """`--calibration PATH` as one `sitsprof.calibration.Calibration`, read and validated here,
     once per command (absent: the shipped hopper-published reference); everything below the CLI

@@ -26,16 +26,18 @@ def replay_extras(func):
         ctx.meta.setdefault(EXTRAS_KEY, {})[param.name] = value
         return value
 
-    positive = click.FloatRange(min=0, min_open=True)
+    from .options import MILLISECONDS
     func = click.option("--quiet", "-q", is_flag=True, expose_value=False, callback=keep,
                         help="No progress bar or per-replay lines on stderr (warnings and errors still).")(func)
-    func = click.option("--slo-tpot-p99", type=positive, default=None, expose_value=False, callback=keep,
+    func = click.option("--slo-tpot-p99", type=MILLISECONDS, default=None, expose_value=False, callback=keep,
                         metavar="MS",
-                        help=f"TPOT P99 target in ms for the verdict (default {DEFAULT_TPOT_P99_MS:g}, "
+                        help=f"TPOT P99 target for the verdict, in ms or a duration such as 100ms "
+                             f"(default {DEFAULT_TPOT_P99_MS:g} ms, "
                              f"{DEFAULTS_SOURCE}).")(func)
-    func = click.option("--slo-ttft-p99", type=positive, default=None, expose_value=False, callback=keep,
+    func = click.option("--slo-ttft-p99", type=MILLISECONDS, default=None, expose_value=False, callback=keep,
                         metavar="MS",
-                        help=f"TTFT P99 target in ms for the verdict (default {DEFAULT_TTFT_P99_MS:g}, "
+                        help=f"TTFT P99 target for the verdict, in ms or a duration such as 2s "
+                             f"(default {DEFAULT_TTFT_P99_MS:g} ms, "
                              f"{DEFAULTS_SOURCE}).")(func)
     return func
 

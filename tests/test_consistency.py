@@ -420,3 +420,20 @@ def test_dry_run_with_gpus_refuses_a_device_that_is_not_one(monkeypatch, cli, tm
         "dry run: all checks passed on GPU 0 (NVIDIA H100 80GB HBM3, compute capability 9.0); nothing launched")
     code, out, err = cli("run", "--dry-run", "--device", "-1", "--out", str(tmp_path))
     assert code == 2 and "--device" in one_error_line(err)
+
+
+@pytest.mark.parametrize("text, ms", [("2000", 2000.0), ("2s", 2000.0), ("100ms", 100.0), ("0.5", 0.5),
+                                      ("1.5min", 90_000.0)])
+def test_slo_targets_take_ms_or_a_duration(text, ms):
+    """--slo-ttft-p99 2s (the issue's spelling) and 2000 (vLLM's goodput spelling) are one target."""
+    from sitsprof.cli.options import MILLISECONDS
+
+    assert MILLISECONDS.convert(text, None, None) == ms
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "inf", "nan", "abc", "2 parsecs", "0ms"])
+def test_slo_targets_refuse_what_is_not_a_positive_time(text):
+    from sitsprof.cli.options import MILLISECONDS
+
+    with pytest.raises(click.BadParameter, match="positive number of milliseconds"):
+        MILLISECONDS.convert(text, None, None)
