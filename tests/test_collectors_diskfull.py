@@ -55,10 +55,14 @@ def _fill(folder: Path, name: str = "filler") -> Path:
     return path
 
 
-def _start_record(out: Path, seconds: float):
+def _start_record(out: Path, seconds: float, until: Path | None = None):
+    """`record` of `sleep seconds`, or with `until` of a workload that ends once that file exists
+    (a run whose end the test chooses: on a loaded machine the first flush can come late)."""
+    workload = (["sleep", str(seconds)] if until is None else
+                ["bash", "-c", f"while [ ! -e '{until}' ]; do sleep 0.05; done"])
     child = subprocess.Popen(
         [sys.executable, str(RUNNER), "record", "--out", str(out), "--name", "r", "--no-gpm", "--interval", "1ms",
-         "--", "sleep", str(seconds)],
+         "--", *workload],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     line = child.stderr.readline()
     assert "recording into" in line, line + child.stderr.read()
@@ -77,13 +81,16 @@ def _rows_on_disk(run) -> int:
     return len(run.read_table("nvml", "sampler"))
 
 
-def test_disk_filling_mid_run_is_one_line_and_counts_what_was_kept(fake_gpu, tiny_fs):
+def test_disk_filling_mid_run_is_one_line_and_counts_what_was_kept(fake_gpu, tiny_fs, tmp_path):
     """12.3: the disk fills after the first flush: exit 2, one line naming the path and the fix,
     no traceback; the run says failed (not running) with the rows on disk counted exactly."""
-    child = _start_record(tiny_fs, 3)
+    done = tmp_path / "workload-may-end"
+    child = _start_record(tiny_fs, 3, until=done)
     try:
         _wait_for_part(tiny_fs / "r")
         _fill(tiny_fs)
+        time.sleep(1.2)  # at least one flush fails, and the run ends with the disk still full
+        done.touch()
         _, err = child.communicate(timeout=30)
     finally:
         if child.poll() is None:
@@ -104,15 +111,18 @@ def test_disk_filling_mid_run_is_one_line_and_counts_what_was_kept(fake_gpu, tin
     assert not (tiny_fs / "r" / RESERVE).exists()
 
 
-def test_disk_full_for_a_while_loses_nothing(fake_gpu, tiny_fs):
+def test_disk_full_for_a_while_loses_nothing(fake_gpu, tiny_fs, tmp_path):
     """12.3: the writer thread does not die at its first failure: once space is back, the rows
     it held are written and the run completes with every sample."""
-    child = _start_record(tiny_fs, 3)
+    done = tmp_path / "workload-may-end"
+    child = _start_record(tiny_fs, 3, until=done)
     try:
         _wait_for_part(tiny_fs / "r")
         filler = _fill(tiny_fs)
         time.sleep(1.2)  # at least one flush fails
         filler.unlink()
+        time.sleep(1.2)  # a flush with space back, before the run ends
+        done.touch()
         out, err = child.communicate(timeout=30)
     finally:
         if child.poll() is None:
