@@ -55,7 +55,7 @@ def test_devices_json_reports_capabilities(fake_gpu, capsys, monkeypatch):
     assert main(["devices", "--json"]) == 0
     (entry,) = json.loads(capsys.readouterr().out)
     caps = entry["capabilities"]
-    assert entry["name"] == "NVIDIA H200" and entry["l2_bytes"] == 50 * 2**20
+    assert entry["name"] == "NVIDIA H200" and entry["l2_bytes"] == 60 * 2**20  # KNOWN_DEVICES (cudaDeviceProp)
     assert caps["gpm"]["supported"] is True
     absent = "cupti-python is not installed (pip install 'cupti-python>=13.3')"
     assert caps["cupti_pm_sampling"] == {"available": False, "reason": absent}
