@@ -170,3 +170,18 @@ def test_sm_clock_that_is_text(cli, good_run, tmp_path, where):
                  ["calibrate", str(run), "-o", str(tmp_path / "c.json")], ["probe", "figures", str(run)]):
         code, out, err = cli(*args)
         assert code in (0, 2) and "internal error" not in err and len(err.strip().splitlines()) <= 1, err
+
+
+@pytest.mark.parametrize("name", [0, [1, {}], {"a": 1}])
+def test_device_name_that_is_not_text(cli, good_run, tmp_path, name):
+    """22.4 (found by tests/test_fuzz_properties.py at 1,000 cases): meta.json's device.name as
+    a number or a list ended the report in TypeError (sorted/joined names; a set of them)."""
+    run = shutil.copytree(good_run, tmp_path / "run")
+    meta = json.loads((run / "meta.json").read_text())
+    meta["device"]["name"] = name
+    (run / "meta.json").write_text(json.dumps(meta))
+    for args in (["report", str(run), "-o", str(tmp_path / "r.html")],
+                 ["report", str(run), str(good_run), "-o", str(tmp_path / "f.html")],
+                 ["calibrate", str(run), "-o", str(tmp_path / "c.json")], ["probe", "figures", str(run)]):
+        code, out, err = cli(*args)
+        assert code in (0, 2) and "internal error" not in err and len(err.strip().splitlines()) <= 1, err
