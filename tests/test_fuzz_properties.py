@@ -230,7 +230,10 @@ def _apply(run: Path, damage) -> None:
     frame = pq.read_table(run / table).to_pandas()
     frame[column] = frame[column].astype(object)
     frame.loc[frame.index[::3] if rows == "some" else frame.index, column] = value
-    frame[column] = frame[column].astype(str if isinstance(value, str) else "float64")
+    try:  # a number in a text column (kernel 0.0) makes the column text: Parquet holds one type
+        frame[column] = frame[column].astype(str if isinstance(value, str) else "float64")
+    except (ValueError, TypeError):
+        frame[column] = frame[column].astype(str)
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), run / table)
 
 
