@@ -246,6 +246,8 @@ def _as_numbers(res: RunAnalysis, frame, where: str, required=()):
 
 #: Roles whose columns every row needs as a number (a group key or the measurement itself).
 _KEY_ROLES = ("footprint", "stride", "latency", "level", "fraction")
+#: Roles whose numbers are positive by nature (issue 22: latency_cycles 0 or -5 ended in ValueError).
+_POSITIVE_ROLES = ("footprint", "stride", "latency")
 _WILD = 1e30  # beyond anything a probe measures (cycles, ns, bytes, GB/s); squares still fit a float
 
 
@@ -253,10 +255,15 @@ def _numbers_only(res: RunAnalysis, frame, table: str):
     """`frame` with +-inf and values beyond 1e30 as NaN, and the rows without a number in a key
     column (`_KEY_ROLES`) left out and counted in the notes: a damaged or hand-edited table must
     not end in an OverflowError or a NumPy warning."""
+    frame = frame.copy()
+    for name in (column(frame, role, required=False) for role in _POSITIVE_ROLES):
+        if name is not None and frame[name].dtype.kind in "iuf":
+            values = frame[name].to_numpy(dtype=np.float64)
+            if (values <= 0).any():  # a latency or size of 0 or less was never measured: no number
+                frame[name] = np.where(values > 0, values, np.nan)
     floats = [c for c in frame.columns if frame[c].dtype.kind == "f"]
     if not floats:
         return frame
-    frame = frame.copy()
     for name in floats:
         values = frame[name].to_numpy(dtype=np.float64)
         wild = np.isinf(values) | (np.abs(values) > _WILD)

@@ -115,7 +115,7 @@ def good_run(tmp_path_factory):
     return make_synthetic_run(tmp_path_factory.mktemp("runs"), name="good", samples=2000).path
 
 
-def _damage(run, kind, table, column, value, rows=slice(0, 3)):
+def _damage(run, kind, table, column, value, rows=slice(None)):
     path = run / f"{kind}s" / f"{table}.parquet"
     frame = pq.read_table(path).to_pandas()
     frame[column] = frame[column].astype(object)
@@ -129,6 +129,7 @@ def _damage(run, kind, table, column, value, rows=slice(0, 3)):
 
 CASES = [
     ("probe", "latency", "latency_cycles", "abc"), ("probe", "latency", "latency_cycles", -5.0),
+    ("probe", "latency", "latency_cycles", 0.0), ("probe", "latency", "footprint_bytes", -1.0),
     ("probe", "latency_cg", "latency_cycles", "abc"), ("probe", "tlb", "latency_cycles", "x"),
     ("probe", "loaded", "latency_cycles", "abc"), ("probe", "latency", "footprint_bytes", "abc"),
     ("probe", "tlb", "footprint_bytes", "abc"), ("probe", "latency", "latency_ns", "x"),
