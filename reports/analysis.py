@@ -224,18 +224,22 @@ def _as_numbers(res: RunAnalysis, frame, where: str, required=()):
     import pandas as pd
 
     converted = {}
+    damaged = np.zeros(len(frame), dtype=bool)
     for name in frame.columns:
         if frame[name].dtype.kind in "fiub":
             continue
         values = pd.to_numeric(frame[name], errors="coerce")
-        bad = int(values.isna().sum() - frame[name].isna().sum())
+        text = (values.isna() & frame[name].notna()).to_numpy()
+        bad = int(text.sum())
         if not _meant_numeric(frame, name) and bad * 2 > len(frame):
             continue  # a text column (variant, kernel, access, ...)
         converted[name] = values.astype(np.float64)
+        damaged |= text
         if bad:
-            res.notes.append(f"{where}: {bad} of {len(frame)} values of {name} are not numbers and are left out")
+            res.notes.append(f"{where}: {bad} of {len(frame)} values of {name} are not numbers; their rows "
+                             "are left out")
     if converted:
-        frame = frame.assign(**converted)
+        frame = frame.assign(**converted)[~damaged]  # a row with text for a number is damaged whole
     keys = [c for c in required if c in frame.columns]
     if keys:
         missing = frame[keys].isna().any(axis=1).to_numpy()
