@@ -224,18 +224,22 @@ def _as_numbers(res: RunAnalysis, frame, where: str, required=()):
     import pandas as pd
 
     converted = {}
+    damaged = np.zeros(len(frame), dtype=bool)
     for name in frame.columns:
         if frame[name].dtype.kind in "fiub":
             continue
         values = pd.to_numeric(frame[name], errors="coerce")
-        bad = int(values.isna().sum() - frame[name].isna().sum())
+        text = (values.isna() & frame[name].notna()).to_numpy()
+        bad = int(text.sum())
         if not _meant_numeric(frame, name) and bad * 2 > len(frame):
             continue  # a text column (variant, kernel, access, ...)
         converted[name] = values.astype(np.float64)
+        damaged |= text
         if bad:
-            res.notes.append(f"{where}: {bad} of {len(frame)} values of {name} are not numbers and are left out")
+            res.notes.append(f"{where}: {bad} of {len(frame)} values of {name} are not numbers; their rows "
+                             "are left out")
     if converted:
-        frame = frame.assign(**converted)
+        frame = frame.assign(**converted)[~damaged]  # a row with text for a number is damaged whole
     keys = [c for c in required if c in frame.columns]
     if keys:
         missing = frame[keys].isna().any(axis=1).to_numpy()
@@ -246,6 +250,8 @@ def _as_numbers(res: RunAnalysis, frame, where: str, required=()):
 
 #: Roles whose columns every row needs as a number (a group key or the measurement itself).
 _KEY_ROLES = ("footprint", "stride", "latency", "level", "fraction")
+#: Roles whose numbers are positive by nature (issue 22: latency_cycles 0 or -5 ended in ValueError).
+_POSITIVE_ROLES = ("footprint", "stride", "latency")
 _WILD = 1e30  # beyond anything a probe measures (cycles, ns, bytes, GB/s); squares still fit a float
 
 
@@ -253,10 +259,15 @@ def _numbers_only(res: RunAnalysis, frame, table: str):
     """`frame` with +-inf and values beyond 1e30 as NaN, and the rows without a number in a key
     column (`_KEY_ROLES`) left out and counted in the notes: a damaged or hand-edited table must
     not end in an OverflowError or a NumPy warning."""
+    frame = frame.copy()
+    for name in (column(frame, role, required=False) for role in _POSITIVE_ROLES):
+        if name is not None and frame[name].dtype.kind in "iuf":
+            values = frame[name].to_numpy(dtype=np.float64)
+            if (values <= 0).any():  # a latency or size of 0 or less was never measured: no number
+                frame[name] = np.where(values > 0, values, np.nan)
     floats = [c for c in frame.columns if frame[c].dtype.kind == "f"]
     if not floats:
         return frame
-    frame = frame.copy()
     for name in floats:
         values = frame[name].to_numpy(dtype=np.float64)
         wild = np.isinf(values) | (np.abs(values) > _WILD)

@@ -68,12 +68,12 @@ def fleet_section(runs: list[RunAnalysis]) -> tuple[Section, list[int]]:
     flags = {m: fleet_outliers([row[m] for row in metrics]) for m in names if m != "clock drift %"}
     outlier_runs = []
     rows, classes = [], []
-    mixed = len({r.device.get("name") for r in runs}) > 1  # else the device is in the subtitle
+    mixed = len({str(r.device.get("name")) for r in runs}) > 1  # else the device is in the subtitle
     for i, (run, row) in enumerate(zip(runs, metrics)):
         bad = [m for m, f in flags.items() if f[i]]
         if bad:
             outlier_runs.append(i)
-        rows.append([run.host, *([run.device.get("name", "unknown")] if mixed else []), run.status,
+        rows.append([run.host, *([str(run.device.get("name", "unknown"))] if mixed else []), run.status,
                      *[row[m] for m in names], ", ".join(bad) or "–"])
         classes.append("outlier" if bad else "")
     table = Table(["host", *(["device"] if mixed else []), "status", *names, "outlier in"], rows, row_classes=classes,

@@ -64,7 +64,8 @@ def build_report(runs: list[RunAnalysis], policy_results: Any = None, policy_sou
             sections.append(section)
     if title is None:
         title = "sitsprof report: " + (_run_label(runs[0]) if len(runs) == 1 else f"{len(runs)} runs")
-    subtitle = ", ".join(sorted({r.device.get("name", "unknown device") for r in runs}))
+    # str: meta.json may hold any value there (a number, a list)
+    subtitle = ", ".join(sorted({str(r.device.get("name", "unknown device")) for r in runs}))
     return Report(title=title, subtitle=subtitle, sections=sections, banners=banners, tool_version=tool_version())
 
 

@@ -140,8 +140,13 @@ def _paths(obj, prefix=()):
 
 
 def _replace(obj, path, value):
+    """`obj` with the value at `path` replaced; unchanged where an earlier replacement removed
+    that path (paths are listed from the original document)."""
     if not path:
         return value
+    if isinstance(obj, dict) and path[0] not in obj or isinstance(obj, list) and not (
+            isinstance(path[0], int) and path[0] < len(obj)) or not isinstance(obj, (dict, list)):
+        return obj
     copy = dict(obj) if isinstance(obj, dict) else list(obj)
     copy[path[0]] = _replace(obj[path[0]], path[1:], value)
     return copy
@@ -225,7 +230,10 @@ def _apply(run: Path, damage) -> None:
     frame = pq.read_table(run / table).to_pandas()
     frame[column] = frame[column].astype(object)
     frame.loc[frame.index[::3] if rows == "some" else frame.index, column] = value
-    frame[column] = frame[column].astype(str if isinstance(value, str) else "float64")
+    try:  # a number in a text column (kernel 0.0) makes the column text: Parquet holds one type
+        frame[column] = frame[column].astype(str if isinstance(value, str) else "float64")
+    except (ValueError, TypeError):
+        frame[column] = frame[column].astype(str)
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), run / table)
 
 

@@ -115,7 +115,7 @@ def good_run(tmp_path_factory):
     return make_synthetic_run(tmp_path_factory.mktemp("runs"), name="good", samples=2000).path
 
 
-def _damage(run, kind, table, column, value, rows=slice(0, 3)):
+def _damage(run, kind, table, column, value, rows=slice(None)):
     path = run / f"{kind}s" / f"{table}.parquet"
     frame = pq.read_table(path).to_pandas()
     frame[column] = frame[column].astype(object)
@@ -129,6 +129,7 @@ def _damage(run, kind, table, column, value, rows=slice(0, 3)):
 
 CASES = [
     ("probe", "latency", "latency_cycles", "abc"), ("probe", "latency", "latency_cycles", -5.0),
+    ("probe", "latency", "latency_cycles", 0.0), ("probe", "latency", "footprint_bytes", -1.0),
     ("probe", "latency_cg", "latency_cycles", "abc"), ("probe", "tlb", "latency_cycles", "x"),
     ("probe", "loaded", "latency_cycles", "abc"), ("probe", "latency", "footprint_bytes", "abc"),
     ("probe", "tlb", "footprint_bytes", "abc"), ("probe", "latency", "latency_ns", "x"),
@@ -167,6 +168,21 @@ def test_sm_clock_that_is_text(cli, good_run, tmp_path, where):
     node[where[-1]] = "abc"
     (run / "meta.json").write_text(json.dumps(meta))
     for args in (["report", str(run), "-o", str(tmp_path / "r.html")],
+                 ["calibrate", str(run), "-o", str(tmp_path / "c.json")], ["probe", "figures", str(run)]):
+        code, out, err = cli(*args)
+        assert code in (0, 2) and "internal error" not in err and len(err.strip().splitlines()) <= 1, err
+
+
+@pytest.mark.parametrize("name", [0, [1, {}], {"a": 1}])
+def test_device_name_that_is_not_text(cli, good_run, tmp_path, name):
+    """22.4 (found by tests/test_fuzz_properties.py at 1,000 cases): meta.json's device.name as
+    a number or a list ended the report in TypeError (sorted/joined names; a set of them)."""
+    run = shutil.copytree(good_run, tmp_path / "run")
+    meta = json.loads((run / "meta.json").read_text())
+    meta["device"]["name"] = name
+    (run / "meta.json").write_text(json.dumps(meta))
+    for args in (["report", str(run), "-o", str(tmp_path / "r.html")],
+                 ["report", str(run), str(good_run), "-o", str(tmp_path / "f.html")],
                  ["calibrate", str(run), "-o", str(tmp_path / "c.json")], ["probe", "figures", str(run)]):
         code, out, err = cli(*args)
         assert code in (0, 2) and "internal error" not in err and len(err.strip().splitlines()) <= 1, err
