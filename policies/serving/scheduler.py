@@ -104,7 +104,12 @@ def _ceil_div(a, b):
     return (a + b - 1) // b
 
 
-@njit(cache=True)
+# _nrt=False: the kernel allocates nothing (every array is passed in), and with numba's runtime on,
+# each inlined evictor / pool call that unpacks the `S` and `pool` tuples adds atomic reference
+# count updates (NRT_IncRef / NRT_DecRef) that numba's refprune pass leaves in the loops: half
+# the whole process's CPU time on the bundled Mooncake trace (perf; issue 24). Without the
+# runtime numba emits none; the results are the same, bit for bit (bench/bench_replay_warm.py).
+@njit(cache=True, _nrt=False)
 def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arrival, bt, max_batched, max_seqs, mode,
            ref_ids, ref_off, ref_hit, lat_params, rng_state, terms,
            t_sched, t_first, t_done, hit_blocks, n_preempt, status, stats, rq, wq, run, sched, clock, si, t_stop,

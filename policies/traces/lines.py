@@ -95,7 +95,7 @@ def hash_ids_problem(ids, signed: bool = True) -> str | None:
         return f"hash_ids must be a list of integers, got {type(ids).__name__}"
     if not ids:
         return "hash_ids is empty (a request needs at least one block)"
-    if not all(type(h) is int for h in ids):
+    if set(map(type, ids)) != {int}:  # one C-level pass (a generator per id cost 0.15 s on Mooncake)
         bad = next(h for h in ids if type(h) is not int)
         return f"hash_ids holds a non-integer id {shown(bad)}"
     low, high = min(ids), max(ids)
