@@ -263,8 +263,9 @@ def _numbers_only(res: RunAnalysis, frame, table: str):
     for name in (column(frame, role, required=False) for role in _POSITIVE_ROLES):
         if name is not None and frame[name].dtype.kind in "iuf":
             values = frame[name].to_numpy(dtype=np.float64)
-            if (values <= 0).any():  # a latency or size of 0 or less was never measured: no number
-                frame[name] = np.where(values > 0, values, np.nan)
+            ok = (values > 0) & (values < 2**53)  # 0 or less, or past exact integers: never measured
+            if not ok[~np.isnan(values)].all():
+                frame[name] = np.where(ok, values, np.nan)
     floats = [c for c in frame.columns if frame[c].dtype.kind == "f"]
     if not floats:
         return frame
