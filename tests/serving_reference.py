@@ -58,25 +58,23 @@ vLLM v1 scheduler (sched/scheduler.py `Scheduler.schedule`, FCFS policy):
   output token's KV is never written, so a request ends holding
   ceil((prompt + output - 1) / block) blocks; one that needs more than the pool is rejected.
 
-SGLang radix cache (python/sglang/srt/mem_cache/radix_cache.py `RadixCache`), at block
-granularity: a node per cached block, its parent the previous block of the prefix;
-`match_prefix` walks from the root and stamps `last_access_time` on each node it passes;
-`inc_lock_ref` / `dec_lock_ref` lock the path of a running request (here a lock count per node
-for each running request holding it); `evict` takes the unlocked LEAF with the smallest
-last_access_time, deletes it, and its parent, once childless and unlocked, becomes a leaf
-that competes by its own time; `insert` of a block already in the tree keeps the tree's copy
-and frees the request's duplicate (no duplicates in a radix tree). Access time here is a
-counter that ticks once per node stamped, root to leaf: stamped at a request's hit
-(admission), when its block enters the tree, and on its whole path when it finishes
-(`cache_finished_req` inserts the finished sequence, stamping its path). SGLang stamps a whole
-walk with one `time.monotonic()`; the ticks order only an ancestor before its descendant
-within a walk, which leaf-only eviction never compares (an ancestor is a leaf only once its
-descendants are gone), so the victim order is the same. Where this block-granular model
-simplifies SGLang: blocks enter the tree when they fill (SGLang inserts a prompt after its
-prefill or chunk, `cache_unfinished_req`, and the decoded tokens when the request finishes;
-a retracted request's decode KV is freed, here its full decode blocks stay cached), and a
-block entering the tree stamps only itself (SGLang's insert restamps the path; this differs
-only for a preempted request's ancestors, which a finish would restamp anyway).
+SGLang radix cache (python/sglang/srt/mem_cache/radix_cache.py `RadixCache`, SGLang 0.5.23),
+at block granularity: an entry per cached block, its parent the previous block of the prefix.
+SGLang's tree NODES are runs of blocks: a node is what one insert added, and an insert happens
+at each prefill chunk (`checkpoint_kv_cache` -> `checkpoint`, up to the chunk's end) and when a
+request finishes (`release_kv_cache(checkpoint=True)`: the whole written sequence, with the
+node split at the prompt's last full page, `split_prompt`); decoded tokens stay private until
+then, and a retracted request inserts nothing (`checkpoint=False`). Here a node is a chain of
+blocks: `head` marks its first block, `nxt` the next block of the same node. A walk (match or
+insert) that ends inside a node splits it there (`_split_node`); a match stamps its path and
+the child it splits (`child.last_access_time` is set before the split, so the unmatched rest
+is refreshed too); an insert stamps its whole path. `inc_lock_ref` / `dec_lock_ref` lock the
+path of a running request (here a lock count per block for each running request holding
+it); `evict` takes the unlocked LEAF node with the smallest last_access_time and frees it
+WHOLE (every block of it), repeating until the shortfall is met; its parent, once childless
+and unlocked, becomes a leaf that competes by its own time. An insert of a block already in
+the tree keeps the tree's copy and frees the request's duplicate. Access time is a counter
+that ticks once per walk (SGLang stamps a walk with one `time.monotonic()`).
 
 Time: a step starts at `now`; requests with arrival <= now join the waiting queue first; the
 step lasts `step_time` (a number, or a callable of the `Step` record); when nothing runs or
@@ -259,20 +257,22 @@ class VllmPool:
 
 
 class _Node:
-    __slots__ = ("parent", "children", "lock", "access")
+    __slots__ = ("parent", "children", "lock", "access", "head", "nxt")
 
     def __init__(self, parent):
         self.parent = parent
         self.children: set = set()
         self.lock = 0
         self.access = 0
+        self.head = True  # first block of an SGLang node
+        self.nxt = None  # the next block of the same SGLang node
 
 
 _ROOT = object()
 
 
 class RadixPool:
-    """RadixCache: one node per cached block; slots = tree nodes + uncached private blocks.
+    """RadixCache: a tree entry per cached block; slots = tree blocks + uncached private blocks.
 
     A request's table entries are ("node", content id) for blocks in the tree (locked by it)
     and ("priv", None) for its blocks not (yet) in the tree."""
@@ -283,7 +283,7 @@ class RadixPool:
         self.n_private = 0
         self.n_unlocked = 0
         self.clock = 0
-        self.heap: list = []  # (access, content id) of candidate leaves, validated on pop
+        self.heap: list = []  # (access, content id) of candidate leaf tails, validated on pop
         self.evictions: list = []
         self.free_events = 0
 
@@ -294,12 +294,26 @@ class RadixPool:
         # every unlocked node is evictable: a locked node's ancestors are locked (path locks)
         return self.free_slots() + self.n_unlocked
 
-    def _stamp(self, x) -> None:
+    def _walk(self) -> int:
         self.clock += 1
+        return self.clock
+
+    def _stamp(self, x, t) -> None:
         node = self.nodes[x]
-        node.access = self.clock
+        node.access = t
         if node.lock == 0 and not node.children:
             heapq.heappush(self.heap, (node.access, x))
+
+    def _split(self, x, t) -> None:
+        """A walk ended at x inside its node: the rest becomes its own node, stamped."""
+        rest = self.nodes[x].nxt
+        if rest is None:
+            return
+        self.nodes[x].nxt = None
+        self.nodes[rest].head = True
+        while rest is not None:
+            self._stamp(rest, t)
+            rest = self.nodes[rest].nxt
 
     def lookup(self, ids: Sequence[int], max_blocks: int) -> int:
         k = 0
@@ -335,63 +349,90 @@ class RadixPool:
                 heapq.heappush(self.heap, (node.access, x))
 
     def touch(self, hit_ids: Sequence[int]) -> list:
-        for x in hit_ids:  # root to leaf: match_prefix stamps the path
-            self._stamp(x)
+        t = self._walk()
+        for x in hit_ids:  # match_prefix stamps the path
+            self._stamp(x, t)
             self._lock(x)
+        if hit_ids:
+            self._split(hit_ids[-1], t)
         return [("node", x) for x in hit_ids]
 
-    def _evict_one(self) -> None:
+    def _evict_node(self) -> None:
         while True:
             access, x = heapq.heappop(self.heap)
             node = self.nodes.get(x)
             if node is None or node.lock or node.children or node.access != access:
                 continue
-            del self.nodes[x]
-            self.n_unlocked -= 1
-            self.evictions.append(x)
-            parent = node.parent
-            if parent is not _ROOT:
-                pn = self.nodes[parent]
-                pn.children.discard(x)
-                if not pn.children and pn.lock == 0:
-                    heapq.heappush(self.heap, (pn.access, parent))
-            return
+            while True:  # the tail up to the node's head, freed whole
+                node = self.nodes.pop(x)
+                assert node.lock == 0 and not node.children, "a node is locked and freed whole"
+                self.n_unlocked -= 1
+                self.evictions.append(x)
+                parent = node.parent
+                if parent is not _ROOT:
+                    pn = self.nodes[parent]
+                    pn.children.discard(x)
+                    if not node.head:
+                        pn.nxt = None
+                if node.head:
+                    if parent is not _ROOT and not pn.children and pn.lock == 0:
+                        heapq.heappush(self.heap, (pn.access, parent))
+                    return
+                x = parent
 
     def new_blocks(self, n: int) -> list:
         out = []
         for _ in range(n):
             if self.free_slots() <= 0:
-                self._evict_one()
+                self._evict_node()
             self.n_private += 1
             out.append(("priv", None))
         return out
 
-    def register_entry(self, entry, x, parent):
-        """The request's block (entry) became full holding content x after `parent`; returns
-        its new table entry (it enters the tree, or joins the tree's copy: insert dedupes)."""
-        if entry[0] == "node":
-            return entry
-        self.n_private -= 1
-        if x in self.nodes:  # the request's copy is dropped: a slot comes free
-            self.free_events += 1
+    def insert(self, table: list, ids: Sequence, upto: int) -> None:
+        """One SGLang insert of the request's first `upto` blocks: those not in the tree join it
+        (the new ones as one node, the ones already there freed as duplicates), the path is
+        stamped, and a node the insert ends inside is split."""
+        new_prev = None
+        for j in range(upto):
+            if table[j][0] == "node":
+                continue
+            self.n_private -= 1
+            x = ids[j]
+            parent = ids[j - 1] if j else _ROOT
+            if x in self.nodes:  # the request's copy is dropped: a slot comes free
+                self.free_events += 1
+            else:
+                node = _Node(parent)
+                self.nodes[x] = node
+                self.n_unlocked += 1  # counted unlocked, then locked by this request
+                if parent is not _ROOT:
+                    pn = self.nodes[parent]
+                    if new_prev is not None:
+                        node.head = False
+                        pn.nxt = x
+                    elif pn.nxt is not None:  # diverging inside the parent's node splits it
+                        self.nodes[pn.nxt].head = True
+                        pn.nxt = None
+                    pn.children.add(x)
+                new_prev = x
             self._lock(x)
-        else:
-            node = _Node(parent)
-            self.nodes[x] = node
-            self.n_unlocked += 1  # counted unlocked, then locked by this request
-            if parent is not _ROOT:
-                self.nodes[parent].children.add(x)
-            self._lock(x)
-        self._stamp(x)
-        return ("node", x)
+            table[j] = ("node", x)
+        t = self._walk()
+        for j in range(upto):
+            self._stamp(ids[j], t)
+        if upto:
+            self._split(ids[upto - 1], t)
 
-    def free(self, entries: Sequence, finished: bool) -> None:
+    def free(self, table: list, finished: bool, ids: Sequence = (), written: int = 0,
+             prompt_blocks: int = 0) -> None:
         self.free_events += 1
-        if finished:  # cache_finished_req: the finished sequence is inserted, its path stamped
-            for e in entries:
-                if e[0] == "node":
-                    self._stamp(e[1])
-        for e in reversed(entries):
+        if finished:  # release_kv_cache(checkpoint=True): insert, split at the prompt
+            full = min(written, len(table))
+            self.insert(table, ids, full)
+            if 0 < prompt_blocks < full:
+                self._split(ids[prompt_blocks - 1], self._walk())
+        for e in reversed(table):
             if e[0] == "node":
                 self._unlock(e[1])
             else:
@@ -464,7 +505,10 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
         r = requests[i]
         reqs[i] = _Req(i, _content_ids(r, bt, next_private), r.prompt_tokens, max(1, r.output_tokens), outcomes[i])
     waiting: deque = deque()
-    blocked = None  # (head, free events, budget, its next block id) of the last failed admission
+    blocked = None  # (head, free events, budget, its next block id, evictions) of the last failed admission
+    # SGLang frees whole nodes: an eviction can take the head's unlocked hit blocks, and a
+    # budget-capped chunk then asks no more blocks while fewer unlocked hits are held back
+    n_evicted = (lambda: len(pool.evictions)) if engine == "sglang" else (lambda: 0)
     running: list = []
     steps: list = []
     n_steps = 0
@@ -479,19 +523,18 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
         full = min(upto_tokens, q.num_tokens) // bt
         if full <= q.registered:
             return
-        for j in range(q.registered, full):
-            if engine == "vllm":
+        if engine == "vllm":
+            for j in range(q.registered, full):
                 pool.register(q.table[j], q.ids[j])
-            else:
-                parent = q.ids[j - 1] if j else _ROOT
-                q.table[j] = pool.register_entry(q.table[j], q.ids[j], parent)
+        else:
+            pool.insert(q.table, q.ids, full)
         q.registered = max(q.registered, full)
 
     def release(q: _Req, finished: bool) -> None:
         if engine == "vllm":
             pool.free(q.table)
-        else:
-            pool.free(q.table, finished)
+        else:  # the KV of every token but the last sampled one is written
+            pool.free(q.table, finished, q.ids, (q.prompt + q.generated - 1) // bt, q.prompt // bt)
         q.table = []
         q.registered = 0
 
@@ -541,8 +584,8 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
                 break
             if need > 0:
                 q.table.extend(pool.new_blocks(need))
-            if (q.computed + new) // bt > q.registered:
-                register_full(q, q.computed + new)
+            if (q.computed + new) // bt > q.registered and not (engine == "sglang" and q.generated and new == 1):
+                register_full(q, q.computed + new)  # SGLang inserts decoded tokens at the finish
             scheduled.append((q, new, q.computed))
             budget -= new
             i += 1
@@ -550,11 +593,13 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
             while waiting and budget > 0 and len(running) < max_num_seqs:
                 q = waiting[0]
                 if (blocked is not None and blocked[0] is q and blocked[1] == pool.free_events
-                        and budget >= blocked[2] and not (blocked[3] is not None and pool.is_cached(blocked[3]))):
+                        and budget >= blocked[2] and not (blocked[3] is not None and pool.is_cached(blocked[3]))
+                        and blocked[4] == n_evicted()):
                     # A shortcut, not a rule: the head failed before and nothing since can let it
                     # fit. Only a free (or a radix de-duplication) adds room; a registration of
                     # the block after its hit prefix lengthens the hit; a smaller budget asks
-                    # fewer blocks. Evictions, touches and allocations only keep it failing.
+                    # fewer blocks; under SGLang an eviction can shorten its hit (above).
+                    # Touches and allocations only keep it failing.
                     break
                 maxb = (q.num_tokens - 1) // bt
                 hits = pool.lookup(q.ids, maxb) if q.computed == 0 else 0
@@ -565,7 +610,7 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
                     gate = max(need, ceil_div(q.num_tokens, bt) - hits)
                 hit_ids = q.ids[:hits]
                 if not pool.can_allocate(hit_ids, gate):
-                    blocked = (q, pool.free_events, budget, q.ids[hits] if hits < maxb else None)
+                    blocked = (q, pool.free_events, budget, q.ids[hits] if hits < maxb else None, n_evicted())
                     break
                 blocked = None
                 waiting.popleft()

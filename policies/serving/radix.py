@@ -1,19 +1,29 @@
-"""SGLang radix-cache rules (RadixCache) at block granularity, in numba.
+"""SGLang radix-cache rules (SGLang 0.5.23 RadixCache, mem_cache/radix_cache.py) at block
+granularity, in numba.
 
-Tree nodes are cached blocks (content ids), each node's parent the previous block of its
-prefix (the root for a first block). A running request locks its path (a lock count per node
-for every running request holding it: the pool's `ref`). Only unlocked LEAVES are evictable,
-the one with the smallest last-access stamp first (LRU); evicting a leaf may make its parent a
-leaf, which then competes by its own stamp. Access stamps come from a counter that ticks once
-per node stamped, root to leaf, so no two tie: a node is stamped when a request's lookup hits
-it (admission), when it enters the tree, and along a finished request's whole path
-(`cache_finished_req` inserts the finished sequence). Inserting a block whose id the tree
-already holds keeps the tree's node and frees the request's copy (a radix tree holds no
-duplicates).
+Tree entries are cached blocks (content ids), each block's parent the previous block of its
+prefix (the root for a first block). SGLang's tree NODES are runs of blocks: a node is what one
+insert added (a prefill chunk's `checkpoint`, or a finished request's decoded rest), split where
+a later match or insert ends inside it. `head[x]` marks the first block of a node and
+`child1[x]` links a block to the next block of its own node (NIL at a node's last block), so a
+node is the chain head -> child1 -> ... -> tail. SGLang's `evict` frees the chosen leaf NODE
+whole, repeating until the shortfall is met: here a demand for one more block pops the leaf
+tail with the smallest stamp and frees its chain up to its head (the same victims in the same
+order as SGLang's loop over a chunk's whole shortfall).
 
-Pool counters are pool.py's: N_CACHED = tree nodes, N_EVICTABLE = unlocked nodes (every
-unlocked node is evictable eventually: a locked node's ancestors are locked too), N_PRIVATE =
-blocks of running requests not in the tree. Candidate leaves sit in a binary min-heap of
+A running request locks its path (a lock count per block for every running request holding
+it: the pool's `ref`; node-aligned, as a match splits the node it ends inside). Only unlocked
+LEAF nodes are evictable, the one with the smallest last-access stamp first (LRU); freeing one
+may make its parent a leaf, which then competes by its own stamp. Stamps come from a counter
+that ticks once per walk, and every block of a node a walk touches carries that tick (SGLang
+stamps a walk with one `time.monotonic()`): a match stamps its path and, when it ends inside a
+node, that node's unmatched rest too (`_match_prefix_helper` stamps the child before it splits
+it); an insert stamps its whole path. Inserting a block the tree already holds keeps the tree's
+copy and frees the request's (a radix tree holds no duplicates).
+
+Pool counters are pool.py's: N_CACHED = tree blocks, N_EVICTABLE = unlocked blocks (every
+unlocked block is evictable eventually: a locked block's ancestors are locked too), N_PRIVATE =
+blocks of running requests not in the tree. Candidate leaf tails sit in a binary min-heap of
 (stamp, id), checked when popped (stale entries skipped) and compacted when it fills.
 """
 from __future__ import annotations
@@ -22,7 +32,7 @@ import numpy as np
 
 from sitsprof.common.jit import njit
 
-from .pool import CAPACITY, EVICTIONS, LOG_N, LOG_ON, N_CACHED, N_EVICTABLE, N_PRIVATE
+from .pool import CAPACITY, N_CACHED, N_EVICTABLE, N_PRIVATE, drop
 
 NIL = -1
 _HN, _CLOCK = 0, 1  # scalars in rs: heap entries, stamp counter
@@ -36,12 +46,14 @@ def new_radix(n_ids: int, sglang: bool):
     heap_a = np.zeros(2 * n + 16, dtype=np.int64)
     heap_x = np.zeros(2 * n + 16, dtype=np.int32)
     rs = np.zeros(4, dtype=np.int64)
-    return parent, nchild, access, heap_a, heap_x, rs
+    head = np.zeros(n, dtype=np.int8)
+    child1 = np.full(n, NIL, dtype=np.int32)
+    return parent, nchild, access, heap_a, heap_x, rs, head, child1
 
 
 @njit(cache=True, inline="always")
 def _valid(R, ref, cached, a, x):
-    parent, nchild, access, heap_a, heap_x, rs = R
+    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
     return cached[x] != 0 and ref[x] == 0 and nchild[x] == 0 and access[x] == a
 
 
@@ -75,7 +87,7 @@ def _sift_down(heap_a, heap_x, n, i):
 
 @njit(cache=True)
 def _push(R, ref, cached, x):
-    parent, nchild, access, heap_a, heap_x, rs = R
+    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
     n = rs[_HN]
     if n == heap_a.shape[0]:  # compact: keep the valid entries only (at most one per node)
         m = 0
@@ -93,12 +105,34 @@ def _push(R, ref, cached, x):
 
 
 @njit(cache=True)
-def _stamp(R, ref, cached, x):
-    parent, nchild, access, heap_a, heap_x, rs = R
+def _tick(R):
+    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
     rs[_CLOCK] += 1
-    access[x] = rs[_CLOCK]
+    return rs[_CLOCK]
+
+
+@njit(cache=True)
+def _stamp(R, ref, cached, x, t):
+    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
+    access[x] = t
     if ref[x] == 0 and nchild[x] == 0:
         _push(R, ref, cached, x)
+
+
+@njit(cache=True)
+def _split_after(R, ref, cached, x, t):
+    """A walk (match or insert) ended at block x inside a node: the node splits after x, and
+    its rest (x's in-node child down to the tail) is stamped, as SGLang stamps the child it
+    splits."""
+    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
+    c = child1[x]
+    if c == NIL:
+        return
+    child1[x] = NIL
+    head[c] = 1
+    while c != NIL:
+        _stamp(R, ref, cached, c, t)
+        c = child1[c]
 
 
 @njit(cache=True)
@@ -110,7 +144,7 @@ def _lock(ref, pc, x):
 
 @njit(cache=True)
 def _unlock(R, ref, cached, pc, x):
-    parent, nchild, access, heap_a, heap_x, rs = R
+    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
     ref[x] -= 1
     if ref[x] == 0:
         pc[N_EVICTABLE] += 1
@@ -120,17 +154,22 @@ def _unlock(R, ref, cached, pc, x):
 
 @njit(cache=True)
 def r_touch(R, ids, b0, k, ref, cached, kind, pc):
-    """Lock the k hit blocks (root to leaf), stamping each."""
+    """Lock the k hit blocks (root to leaf), stamping the match's path (one tick) and splitting
+    the node the match ends inside."""
+    t = _tick(R)
     for i in range(k):
         x = ids[b0 + i]
-        _stamp(R, ref, cached, x)
+        _stamp(R, ref, cached, x, t)
         _lock(ref, pc, x)
         kind[b0 + i] = 1
+    if k > 0:
+        _split_after(R, ref, cached, ids[b0 + k - 1], t)
 
 
 @njit(cache=True)
 def _evict_one(R, ref, cached, pc, ev_log):
-    parent, nchild, access, heap_a, heap_x, rs = R
+    """Free the leaf node with the smallest stamp whole: its tail block up to its head."""
+    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
     while True:
         n = rs[_HN]
         a, x = heap_a[0], heap_x[0]
@@ -141,22 +180,23 @@ def _evict_one(R, ref, cached, pc, ev_log):
             _sift_down(heap_a, heap_x, n, 0)
         if not _valid(R, ref, cached, a, x):
             continue
-        cached[x] = 0
-        pc[N_CACHED] -= 1
-        pc[N_EVICTABLE] -= 1
-        pc[EVICTIONS] += 1
-        if pc[LOG_ON]:
-            m = pc[LOG_N]
-            if m < ev_log.shape[0]:
-                ev_log[m] = x
-            pc[LOG_N] = m + 1
-        p = parent[x]
-        parent[x] = NIL
-        if p != NIL:
-            nchild[p] -= 1
-            if nchild[p] == 0 and ref[p] == 0:
-                _push(R, ref, cached, p)
-        return
+        while True:
+            drop(cached, pc, ev_log, x)
+            p = parent[x]
+            parent[x] = NIL
+            was_head = head[x] != 0 or p == NIL
+            head[x] = 0
+            child1[x] = NIL
+            if p != NIL:
+                nchild[p] -= 1
+                if was_head:
+                    if nchild[p] == 0 and ref[p] == 0:
+                        _push(R, ref, cached, p)
+                else:
+                    child1[p] = NIL
+            if was_head:
+                return
+            x = p
 
 
 @njit(cache=True)
@@ -170,8 +210,11 @@ def r_allocate(R, ids, b0, lo, hi, ref, cached, kind, pc, ev_log):
 
 @njit(cache=True)
 def r_register(R, ids, b0, lo, hi, ref, cached, kind, pc):
-    """Blocks lo..hi-1 of a request are full: into the tree (or onto the tree's copy)."""
-    parent, nchild, access, heap_a, heap_x, rs = R
+    """One insert of the request's first hi blocks (SGLang's `checkpoint`): its blocks lo..hi-1
+    not yet in the tree join it, the new ones (after the ones another request inserted
+    meanwhile: the tree is prefix-closed) as ONE new node; the whole path is stamped."""
+    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
+    prev_new = False
     for i in range(lo, hi):
         if kind[b0 + i] != 2:
             continue
@@ -183,19 +226,38 @@ def r_register(R, ids, b0, lo, hi, ref, cached, kind, pc):
             pc[N_EVICTABLE] += 1  # counted unlocked, then locked by this request
             p = ids[b0 + i - 1] if i > 0 else NIL
             parent[x] = p
+            child1[x] = NIL
+            if prev_new:
+                head[x] = 0
+                child1[p] = x
+            else:
+                head[x] = 1
+                if p != NIL and child1[p] != NIL:  # the insert diverges inside p's node
+                    head[child1[p]] = 1
+                    child1[p] = NIL
             if p != NIL:
                 nchild[p] += 1
+            prev_new = True
         _lock(ref, pc, x)
         kind[b0 + i] = 1
-        _stamp(R, ref, cached, x)
+    t = _tick(R)
+    for i in range(hi):
+        if kind[b0 + i] == 1:
+            _stamp(R, ref, cached, ids[b0 + i], t)
+    if hi > 0 and kind[b0 + hi - 1] == 1:
+        _split_after(R, ref, cached, ids[b0 + hi - 1], t)
 
 
 @njit(cache=True)
-def r_release(R, ids, b0, held, ref, cached, kind, pc, finished):
+def r_release(R, ids, b0, held, ref, cached, kind, pc, finished, full, prompt_blocks):
+    """A finished request inserts its first `full` blocks (the decoded rest as one node) and
+    splits at its prompt's last full block (`checkpoint(split_prompt=True)`); a preempted one
+    (SGLang's retract: `release_kv_cache(checkpoint=False)`) inserts nothing. Then its locks
+    go and its private blocks are freed."""
     if finished:
-        for i in range(held):
-            if kind[b0 + i] == 1:
-                _stamp(R, ref, cached, ids[b0 + i])
+        r_register(R, ids, b0, 0, min(full, held), ref, cached, kind, pc)
+        if 0 < prompt_blocks < min(full, held):
+            _split_after(R, ref, cached, ids[b0 + prompt_blocks - 1], _tick(R))
     for i in range(held - 1, -1, -1):
         k = kind[b0 + i]
         if k == 1:

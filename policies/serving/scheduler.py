@@ -182,7 +182,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                     v = run[n_run - 1]
                     n_run -= 1
                     if engine == SGLANG:
-                        r_release(R, ids, offsets[v], held[v], ref, cached, kind, pc, False)
+                        r_release(R, ids, offsets[v], held[v], ref, cached, kind, pc, False, 0, 0)
                     else:
                         release(pid, S, ids, offsets[v], held[v], ref, kind, pc)
                     held[v] = 0
@@ -207,6 +207,8 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                         allocate(pid, S, ids, b0, held[r], held[r] + need, cached, kind, pc, ev_log)
                     held[r] += need
                 full = (comp[r] + new) // bt
+                if engine == SGLANG and gen[r] > 0 and new == 1:
+                    full = reg[r]  # SGLang inserts decoded tokens when the request finishes
                 if full > reg[r]:
                     if engine == SGLANG:
                         r_register(R, ids, b0, reg[r], full, ref, cached, kind, pc)
@@ -341,7 +343,8 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                         t_first[r] = now
                     if gen[r] >= output[r]:
                         if mode == 0 and engine == SGLANG:
-                            r_release(R, ids, offsets[r], held[r], ref, cached, kind, pc, True)
+                            r_release(R, ids, offsets[r], held[r], ref, cached, kind, pc, True,
+                                      comp[r] // bt, prompt[r] // bt)
                         elif mode == 0:
                             release(pid, S, ids, offsets[r], held[r], ref, kind, pc)
                         held[r] = 0
