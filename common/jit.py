@@ -125,7 +125,8 @@ class LazyKernel:
         if d is None:
             with _lock:
                 if self._dispatcher is None:
-                    self._dispatcher = _build(self)
+                    with _collector_paused():
+                        self._dispatcher = _build(self)
                 d = self._dispatcher
             _bind_all()
         return d
@@ -134,7 +135,11 @@ class LazyKernel:
         if self._make is not None:
             return self.py_func(*args, **kwargs)  # an intrinsic exists only inside compiled code
         if _state["mode"] == "numba" or not interpreted():
-            return self.dispatcher(*args, **kwargs)
+            d = self.dispatcher
+            if d.overloads:
+                return d(*args, **kwargs)
+            with _collector_paused():  # the first call loads (or compiles) its machine code
+                return d(*args, **kwargs)
         if getattr(_depth, "n", 0):
             return self.py_func(*args, **kwargs)
         return _interpret(self.py_func, args, kwargs)
@@ -148,6 +153,26 @@ class LazyKernel:
     def __repr__(self) -> str:
         state = "compiled" if self._dispatcher is not None else "lazy"
         return f"<LazyKernel {self.__module__}.{self.__qualname__} ({state})>"
+
+
+@contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off for the block: importing numba and loading a
+    kernel from its cache allocate hundreds of thousands of objects, which set off ~200 young
+    and a full collection (the full one walks everything numba made): 0.12-0.17 s of the
+    1.9 s warm `policy replay` of the bundled trace (issue 24). Then everything alive is frozen
+    (`gc.freeze`: numba's types, registries and dispatchers live as long as the process), or the
+    next collections would walk it all again; the few cycles of garbage among it stay."""
+    import gc
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()  # what was made lives as long as the process: never walked again
+        if collecting:
+            gc.enable()
 
 
 _depth = threading.local()  # interpreted calls in progress on this thread (np.errstate is per thread too)
