@@ -60,15 +60,16 @@ def check_early(engine: str, policy_text: str, capacity_text: str, rate_scale: f
     names = serving_names(policy_text)
     if not names:
         raise ServingReplayError("no policy given; pass -p lru (or several: -p lru,arc; or -p all)")
-    unknown = [n for n in names if n not in SERVING_POLICIES]
-    if unknown:
-        raise ServingReplayError(f"policy {unknown[0]!r} has no incremental form for the serving replay; "
-                                 f"choose from {', '.join(SERVING_POLICIES)} (or all)")
     if engine == "sglang":
         other = [n for n in names if n not in SGLANG_POLICIES]
         if other:
-            raise ServingReplayError(f"--engine sglang evicts radix-tree leaves by last access (lru); -p "
-                                     f"{','.join(other)} has no radix form yet (use -p lru, or --engine vllm)")
+            raise ServingReplayError(f"--engine sglang evicts radix-tree leaf nodes by SGLang's own strategies "
+                                     f"({', '.join(SGLANG_POLICIES)}); -p {','.join(other)} has no radix form "
+                                     "(use one of those, or --engine vllm)")
+    unknown = [n for n in names if n not in SERVING_POLICIES and not (engine == "sglang" and n in SGLANG_POLICIES)]
+    if unknown:
+        raise ServingReplayError(f"policy {unknown[0]!r} has no incremental form for the serving replay; "
+                                 f"choose from {', '.join(SERVING_POLICIES)} (or all)")
     # The grammar and the sign, with any block count for the %s (the real count comes with the trace).
     caps = [None] if capacity_text is None else parse_capacities(capacity_text, 1_000_000, block_bytes=1)
     if not math.isfinite(rate_scale):

@@ -257,15 +257,29 @@ class VllmPool:
 
 
 class _Node:
-    __slots__ = ("parent", "children", "lock", "access", "head", "nxt")
+    __slots__ = ("parent", "children", "lock", "access", "head", "nxt", "born", "hits", "priority")
 
-    def __init__(self, parent):
+    def __init__(self, parent, born=0):
         self.parent = parent
         self.children: set = set()
         self.lock = 0
         self.access = 0
         self.head = True  # first block of an SGLang node
         self.nxt = None  # the next block of the same SGLang node
+        self.born = born  # creation_time
+        self.hits = 0  # hit_count
+        self.priority = 0
+
+
+#: evict_policy.py's strategies: the key each sorts leaf nodes by (smallest evicted first)
+RADIX_KEYS = {
+    "lru": lambda n: n.access,
+    "lfu": lambda n: (n.hits, n.access),
+    "fifo": lambda n: n.born,
+    "mru": lambda n: -n.access,
+    "filo": lambda n: -n.born,
+    "priority": lambda n: (n.priority, n.access),
+}
 
 
 _ROOT = object()
@@ -277,13 +291,14 @@ class RadixPool:
     A request's table entries are ("node", content id) for blocks in the tree (locked by it)
     and ("priv", None) for its blocks not (yet) in the tree."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, policy: str = "lru"):
         self.capacity = capacity
+        self.key = RADIX_KEYS[policy]
         self.nodes: dict = {}
         self.n_private = 0
         self.n_unlocked = 0
         self.clock = 0
-        self.heap: list = []  # (access, content id) of candidate leaf tails, validated on pop
+        self.heap: list = []  # (key, content id) of candidate leaf tails, validated on pop
         self.evictions: list = []
         self.free_events = 0
 
@@ -302,15 +317,22 @@ class RadixPool:
         node = self.nodes[x]
         node.access = t
         if node.lock == 0 and not node.children:
-            heapq.heappush(self.heap, (node.access, x))
+            heapq.heappush(self.heap, (self.key(node), x))
 
     def _split(self, x, t) -> None:
-        """A walk ended at x inside its node: the rest becomes its own node, stamped."""
+        """A walk ended at x inside its node: the rest becomes its own node, stamped; the part
+        up to x is a node made now (its creation time is t)."""
         rest = self.nodes[x].nxt
         if rest is None:
             return
         self.nodes[x].nxt = None
         self.nodes[rest].head = True
+        y = x
+        while True:
+            self.nodes[y].born = t
+            if self.nodes[y].head:
+                break
+            y = self.nodes[y].parent
         while rest is not None:
             self._stamp(rest, t)
             rest = self.nodes[rest].nxt
@@ -346,7 +368,7 @@ class RadixPool:
         if node.lock == 0:
             self.n_unlocked += 1
             if not node.children:
-                heapq.heappush(self.heap, (node.access, x))
+                heapq.heappush(self.heap, (self.key(node), x))
 
     def touch(self, hit_ids: Sequence[int]) -> list:
         t = self._walk()
@@ -359,9 +381,9 @@ class RadixPool:
 
     def _evict_node(self) -> None:
         while True:
-            access, x = heapq.heappop(self.heap)
+            key, x = heapq.heappop(self.heap)
             node = self.nodes.get(x)
-            if node is None or node.lock or node.children or node.access != access:
+            if node is None or node.lock or node.children or self.key(node) != key:
                 continue
             while True:  # the tail up to the node's head, freed whole
                 node = self.nodes.pop(x)
@@ -376,7 +398,7 @@ class RadixPool:
                         pn.nxt = None
                 if node.head:
                     if parent is not _ROOT and not pn.children and pn.lock == 0:
-                        heapq.heappush(self.heap, (pn.access, parent))
+                        heapq.heappush(self.heap, (self.key(pn), parent))
                     return
                 x = parent
 
@@ -389,10 +411,12 @@ class RadixPool:
             out.append(("priv", None))
         return out
 
-    def insert(self, table: list, ids: Sequence, upto: int) -> None:
+    def insert(self, table: list, ids: Sequence, upto: int, inserted: int = 0) -> None:
         """One SGLang insert of the request's first `upto` blocks: those not in the tree join it
         (the new ones as one node, the ones already there freed as duplicates), the path is
-        stamped, and a node the insert ends inside is split."""
+        stamped, a node the insert ends or diverges inside is split, and every node past the
+        `inserted` blocks this request inserted before counts a hit (`_inc_hit_count`)."""
+        t = self._walk()
         new_prev = None
         for j in range(upto):
             if table[j][0] == "node":
@@ -403,7 +427,7 @@ class RadixPool:
             if x in self.nodes:  # the request's copy is dropped: a slot comes free
                 self.free_events += 1
             else:
-                node = _Node(parent)
+                node = _Node(parent, born=t)
                 self.nodes[x] = node
                 self.n_unlocked += 1  # counted unlocked, then locked by this request
                 if parent is not _ROOT:
@@ -411,27 +435,33 @@ class RadixPool:
                     if new_prev is not None:
                         node.head = False
                         pn.nxt = x
-                    elif pn.nxt is not None:  # diverging inside the parent's node splits it
-                        self.nodes[pn.nxt].head = True
-                        pn.nxt = None
+                    else:  # diverging inside the parent's node splits it
+                        self._split(parent, t)
                     pn.children.add(x)
                 new_prev = x
             self._lock(x)
             table[j] = ("node", x)
-        t = self._walk()
         for j in range(upto):
+            if j >= inserted:
+                self.nodes[ids[j]].hits += 1
             self._stamp(ids[j], t)
         if upto:
             self._split(ids[upto - 1], t)
 
     def free(self, table: list, finished: bool, ids: Sequence = (), written: int = 0,
-             prompt_blocks: int = 0) -> None:
+             prompt_blocks: int = 0, inserted: int = 0) -> None:
         self.free_events += 1
-        if finished:  # release_kv_cache(checkpoint=True): insert, split at the prompt
+        if finished:  # release_kv_cache(checkpoint=True): insert, the prompt again, match
             full = min(written, len(table))
-            self.insert(table, ids, full)
-            if 0 < prompt_blocks < full:
-                self._split(ids[prompt_blocks - 1], self._walk())
+            self.insert(table, ids, full, inserted)
+            if 0 < prompt_blocks < full:  # split_prompt: priority + 1 along the prompt
+                t = self._walk()
+                for x in ids[:prompt_blocks]:
+                    self.nodes[x].priority = max(self.nodes[x].priority, 1)
+                self._split(ids[prompt_blocks - 1], t)
+            t = self._walk()
+            for x in ids[:full]:
+                self._stamp(x, t)
         for e in reversed(table):
             if e[0] == "node":
                 self._unlock(e[1])
@@ -484,7 +514,8 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
            max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
            step_time: float | Callable[[Step], float] = 1.0, engine: str = "vllm",
            duplicates: str = "vllm", fresh_first: bool = True, record_steps: bool = False,
-           observe: Callable | None = None, reserve_full_isl: bool = True, serial: bool = False) -> Result:
+           observe: Callable | None = None, reserve_full_isl: bool = True, serial: bool = False,
+           policy: str = "lru") -> Result:
     """Replay `requests` (in arrival order, ties by index) through the engine's rules.
 
     `observe(pool, running)`, when given, is called after each step is scheduled with the pool
@@ -493,7 +524,7 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
     if engine == "vllm":
         pool = VllmPool(capacity, duplicates, fresh_first)
     elif engine == "sglang":
-        pool = RadixPool(capacity)
+        pool = RadixPool(capacity, policy)
     else:
         raise ValueError(f"unknown engine {engine!r}")
     bt = block_tokens
@@ -523,18 +554,21 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
         full = min(upto_tokens, q.num_tokens) // bt
         if full <= q.registered:
             return
-        if engine == "vllm":
-            for j in range(q.registered, full):
-                pool.register(q.table[j], q.ids[j])
-        else:
-            pool.insert(q.table, q.ids, full)
+        for j in range(q.registered, full):
+            pool.register(q.table[j], q.ids[j])
+        q.registered = max(q.registered, full)
+
+    def sglang_insert(q: _Req, upto_tokens: int, inserted: int) -> None:
+        """SGLang's checkpoint: every prefill chunk inserts the request's pages so far."""
+        full = min(upto_tokens, q.num_tokens) // bt
+        pool.insert(q.table, q.ids, full, inserted)
         q.registered = max(q.registered, full)
 
     def release(q: _Req, finished: bool) -> None:
         if engine == "vllm":
             pool.free(q.table)
         else:  # the KV of every token but the last sampled one is written
-            pool.free(q.table, finished, q.ids, (q.prompt + q.generated - 1) // bt, q.prompt // bt)
+            pool.free(q.table, finished, q.ids, (q.prompt + q.generated - 1) // bt, q.prompt // bt, q.registered)
         q.table = []
         q.registered = 0
 
@@ -584,8 +618,11 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
                 break
             if need > 0:
                 q.table.extend(pool.new_blocks(need))
-            if (q.computed + new) // bt > q.registered and not (engine == "sglang" and q.generated and new == 1):
-                register_full(q, q.computed + new)  # SGLang inserts decoded tokens at the finish
+            if engine == "sglang":
+                if not (q.generated and new == 1):  # SGLang inserts decoded tokens at the finish
+                    sglang_insert(q, q.computed + new, q.registered)
+            elif (q.computed + new) // bt > q.registered:
+                register_full(q, q.computed + new)
             scheduled.append((q, new, q.computed))
             budget -= new
             i += 1
@@ -617,7 +654,10 @@ def replay(requests: Sequence[Request], capacity: int, *, block_tokens: int = 16
                 q.table = pool.touch(hit_ids) + pool.new_blocks(need)
                 q.registered = hits
                 q.computed = hits * bt
-                register_full(q, q.computed + new)
+                if engine == "sglang":
+                    sglang_insert(q, q.computed + new, 0)
+                else:
+                    register_full(q, q.computed + new)
                 if q.out.first_scheduled_step < 0:
                     q.out.first_scheduled_step = n_steps
                     q.out.first_scheduled_time = now

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 #: In evictors.POLICY_IDS order (what `-p all` replays).
 SERVING_POLICIES = ("lru", "fifo", "sieve", "s3fifo", "arc", "lirs", "lfu", "sits")
-#: Policies --engine sglang serves (its radix tree evicts leaves by last access).
-SGLANG_POLICIES = ("lru",)
+#: Policies --engine sglang serves: SGLang 0.5.23's own eviction strategies (evict_policy.py)
+#: over its radix tree's leaf nodes; radix.RADIX_POLICIES, held equal by tests.
+SGLANG_POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority")
 
 
 def serving_names(text: str) -> list[str]:

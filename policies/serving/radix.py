@@ -35,10 +35,16 @@ from sitsprof.common.jit import njit
 from .pool import CAPACITY, N_CACHED, N_EVICTABLE, N_PRIVATE, drop
 
 NIL = -1
-_HN, _CLOCK = 0, 1  # scalars in rs: heap entries, stamp counter
+_HN, _CLOCK, _POLICY = 0, 1, 2  # scalars in rs: heap entries, stamp counter, eviction policy
+#: SGLang's eviction strategies (mem_cache/evict_policy.py), by the leaf key each sorts by:
+#: lru last_access_time, lfu (hit_count, last_access_time), fifo creation_time, mru
+#: -last_access_time, filo -creation_time, priority (priority, last_access_time).
+RADIX_POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority")
+_LRU, _LFU, _FIFO, _MRU, _FILO, _PRIORITY = range(6)
+_HIGH = 1 << 40  # a tuple key's first field, above any stamp
 
 
-def new_radix(n_ids: int, sglang: bool):
+def new_radix(n_ids: int, sglang: bool, policy: str = "lru"):
     n = max(int(n_ids), 1) if sglang else 1
     parent = np.full(n, NIL, dtype=np.int32)
     nchild = np.zeros(n, dtype=np.int32)
@@ -48,13 +54,35 @@ def new_radix(n_ids: int, sglang: bool):
     rs = np.zeros(4, dtype=np.int64)
     head = np.zeros(n, dtype=np.int8)
     child1 = np.full(n, NIL, dtype=np.int32)
-    return parent, nchild, access, heap_a, heap_x, rs, head, child1
+    born = np.zeros(n, dtype=np.int64)  # creation_time: the insert (or split) that made the node
+    hitc = np.zeros(n, dtype=np.int64)  # hit_count: inserts that passed through the node
+    prio = np.zeros(n, dtype=np.int64)  # priority: 1 on a finished request's prompt path
+    rs[_POLICY] = RADIX_POLICIES.index(policy)
+    return parent, nchild, access, heap_a, heap_x, rs, head, child1, born, hitc, prio
+
+
+@njit(cache=True, inline="always")
+def _key(R, x):
+    """The eviction key of x's node (the smallest is evicted first)."""
+    parent, nchild, access, heap_a, heap_x, rs, head, child1, born, hitc, prio = R
+    p = rs[_POLICY]
+    if p == _LFU:
+        return hitc[x] * _HIGH + access[x]
+    if p == _FIFO:
+        return born[x]
+    if p == _MRU:
+        return -access[x]
+    if p == _FILO:
+        return -born[x]
+    if p == _PRIORITY:
+        return prio[x] * _HIGH + access[x]
+    return access[x]
 
 
 @njit(cache=True, inline="always")
 def _valid(R, ref, cached, a, x):
-    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
-    return cached[x] != 0 and ref[x] == 0 and nchild[x] == 0 and access[x] == a
+    parent, nchild, access, heap_a, heap_x, rs, head, child1, born, hitc, prio = R
+    return cached[x] != 0 and ref[x] == 0 and nchild[x] == 0 and _key(R, x) == a
 
 
 @njit(cache=True)
@@ -87,7 +115,7 @@ def _sift_down(heap_a, heap_x, n, i):
 
 @njit(cache=True)
 def _push(R, ref, cached, x):
-    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
+    parent, nchild, access, heap_a, heap_x, rs, head, child1, born, hitc, prio = R
     n = rs[_HN]
     if n == heap_a.shape[0]:  # compact: keep the valid entries only (at most one per node)
         m = 0
@@ -98,7 +126,7 @@ def _push(R, ref, cached, x):
         n = m
         for i in range(n // 2 - 1, -1, -1):
             _sift_down(heap_a, heap_x, n, i)
-    heap_a[n] = access[x]
+    heap_a[n] = _key(R, x)
     heap_x[n] = x
     _sift_up(heap_a, heap_x, n)
     rs[_HN] = n + 1
@@ -106,14 +134,14 @@ def _push(R, ref, cached, x):
 
 @njit(cache=True)
 def _tick(R):
-    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
+    parent, nchild, access, heap_a, heap_x, rs, head, child1, born, hitc, prio = R
     rs[_CLOCK] += 1
     return rs[_CLOCK]
 
 
 @njit(cache=True)
 def _stamp(R, ref, cached, x, t):
-    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
+    parent, nchild, access, heap_a, heap_x, rs, head, child1, born, hitc, prio = R
     access[x] = t
     if ref[x] == 0 and nchild[x] == 0:
         _push(R, ref, cached, x)
@@ -121,15 +149,21 @@ def _stamp(R, ref, cached, x, t):
 
 @njit(cache=True)
 def _split_after(R, ref, cached, x, t):
-    """A walk (match or insert) ended at block x inside a node: the node splits after x, and
-    its rest (x's in-node child down to the tail) is stamped, as SGLang stamps the child it
-    splits."""
-    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
+    """A walk (match or insert) ended at block x inside a node: the node splits after x, its
+    rest (x's in-node child down to the tail) is stamped, as SGLang stamps the child it splits,
+    and the part up to x is a node created now (`_split_node` makes it a new TreeNode)."""
+    parent, nchild, access, heap_a, heap_x, rs, head, child1, born, hitc, prio = R
     c = child1[x]
     if c == NIL:
         return
     child1[x] = NIL
     head[c] = 1
+    y = x  # the matched part is a new node (`_split_node`): created now
+    while True:
+        born[y] = t
+        if head[y] != 0 or parent[y] == NIL:
+            break
+        y = parent[y]
     while c != NIL:
         _stamp(R, ref, cached, c, t)
         c = child1[c]
@@ -144,7 +178,7 @@ def _lock(ref, pc, x):
 
 @njit(cache=True)
 def _unlock(R, ref, cached, pc, x):
-    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
+    parent, nchild, access, heap_a, heap_x, rs, head, child1, born, hitc, prio = R
     ref[x] -= 1
     if ref[x] == 0:
         pc[N_EVICTABLE] += 1
@@ -169,7 +203,7 @@ def r_touch(R, ids, b0, k, ref, cached, kind, pc):
 @njit(cache=True)
 def _evict_one(R, ref, cached, pc, ev_log):
     """Free the leaf node with the smallest stamp whole: its tail block up to its head."""
-    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
+    parent, nchild, access, heap_a, heap_x, rs, head, child1, born, hitc, prio = R
     while True:
         n = rs[_HN]
         a, x = heap_a[0], heap_x[0]
@@ -209,11 +243,13 @@ def r_allocate(R, ids, b0, lo, hi, ref, cached, kind, pc, ev_log):
 
 
 @njit(cache=True)
-def r_register(R, ids, b0, lo, hi, ref, cached, kind, pc):
+def r_register(R, ids, b0, lo, hi, ref, cached, kind, pc, ins):
     """One insert of the request's first hi blocks (SGLang's `checkpoint`): its blocks lo..hi-1
     not yet in the tree join it, the new ones (after the ones another request inserted
-    meanwhile: the tree is prefix-closed) as ONE new node; the whole path is stamped."""
-    parent, nchild, access, heap_a, heap_x, rs, head, child1 = R
+    meanwhile: the tree is prefix-closed) as ONE new node; the whole path is stamped. `ins`: the
+    blocks this request inserted before (`cache_inserted_len`): the nodes past it count a hit."""
+    parent, nchild, access, heap_a, heap_x, rs, head, child1, born, hitc, prio = R
+    t = _tick(R)
     prev_new = False
     for i in range(lo, hi):
         if kind[b0 + i] != 2:
@@ -227,37 +263,49 @@ def r_register(R, ids, b0, lo, hi, ref, cached, kind, pc):
             p = ids[b0 + i - 1] if i > 0 else NIL
             parent[x] = p
             child1[x] = NIL
+            hitc[x] = 0
+            prio[x] = 0
+            born[x] = t
             if prev_new:
                 head[x] = 0
                 child1[p] = x
             else:
                 head[x] = 1
-                if p != NIL and child1[p] != NIL:  # the insert diverges inside p's node
-                    head[child1[p]] = 1
-                    child1[p] = NIL
+                if p != NIL:  # an insert diverging inside p's node splits it, stamping the rest
+                    _split_after(R, ref, cached, p, t)
             if p != NIL:
                 nchild[p] += 1
             prev_new = True
         _lock(ref, pc, x)
         kind[b0 + i] = 1
-    t = _tick(R)
     for i in range(hi):
-        if kind[b0 + i] == 1:
-            _stamp(R, ref, cached, ids[b0 + i], t)
-    if hi > 0 and kind[b0 + hi - 1] == 1:
+        x = ids[b0 + i]
+        if i >= ins:
+            hitc[x] += 1
+        _stamp(R, ref, cached, x, t)
+    if hi > 0:
         _split_after(R, ref, cached, ids[b0 + hi - 1], t)
 
 
 @njit(cache=True)
-def r_release(R, ids, b0, held, ref, cached, kind, pc, finished, full, prompt_blocks):
-    """A finished request inserts its first `full` blocks (the decoded rest as one node) and
-    splits at its prompt's last full block (`checkpoint(split_prompt=True)`); a preempted one
+def r_release(R, ids, b0, held, ref, cached, kind, pc, finished, ins, full, prompt_blocks):
+    """A finished request inserts its first `full` blocks (the decoded rest as one node), then
+    its prompt again with priority + 1, splitting at the prompt's last full block
+    (`checkpoint(split_prompt=True)`), and matches the whole path (stamped); a preempted one
     (SGLang's retract: `release_kv_cache(checkpoint=False)`) inserts nothing. Then its locks
-    go and its private blocks are freed."""
+    go and its private blocks are freed. `ins`: the blocks it inserted before."""
+    parent, nchild, access, heap_a, heap_x, rs, head, child1, born, hitc, prio = R
     if finished:
-        r_register(R, ids, b0, 0, min(full, held), ref, cached, kind, pc)
-        if 0 < prompt_blocks < min(full, held):
-            _split_after(R, ref, cached, ids[b0 + prompt_blocks - 1], _tick(R))
+        hi = min(full, held)
+        r_register(R, ids, b0, ins, hi, ref, cached, kind, pc, ins)
+        if 0 < prompt_blocks < hi:
+            t = _tick(R)
+            for i in range(prompt_blocks):
+                prio[ids[b0 + i]] = max(prio[ids[b0 + i]], 1)
+            _split_after(R, ref, cached, ids[b0 + prompt_blocks - 1], t)
+        t = _tick(R)
+        for i in range(hi):
+            _stamp(R, ref, cached, ids[b0 + i], t)
     for i in range(held - 1, -1, -1):
         k = kind[b0 + i]
         if k == 1:

@@ -182,7 +182,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                     v = run[n_run - 1]
                     n_run -= 1
                     if engine == SGLANG:
-                        r_release(R, ids, offsets[v], held[v], ref, cached, kind, pc, False, 0, 0)
+                        r_release(R, ids, offsets[v], held[v], ref, cached, kind, pc, False, 0, 0, 0)
                     else:
                         release(pid, S, ids, offsets[v], held[v], ref, kind, pc)
                     held[v] = 0
@@ -207,13 +207,12 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                         allocate(pid, S, ids, b0, held[r], held[r] + need, cached, kind, pc, ev_log)
                     held[r] += need
                 full = (comp[r] + new) // bt
-                if engine == SGLANG and gen[r] > 0 and new == 1:
-                    full = reg[r]  # SGLang inserts decoded tokens when the request finishes
-                if full > reg[r]:
-                    if engine == SGLANG:
-                        r_register(R, ids, b0, reg[r], full, ref, cached, kind, pc)
-                    else:
-                        register(pid, S, ids, b0, reg[r], full, ref, cached, kind, pc)
+                if engine == SGLANG:
+                    if not (gen[r] > 0 and new == 1):  # each prefill chunk is inserted; decoded
+                        r_register(R, ids, b0, reg[r], full, ref, cached, kind, pc, reg[r])  # at the finish
+                        reg[r] = max(reg[r], full)
+                elif full > reg[r]:
+                    register(pid, S, ids, b0, reg[r], full, ref, cached, kind, pc)
                     reg[r] = full
                 note_pinned(pc)
             sched[i] = new
@@ -280,11 +279,11 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                     held[r] = total
                     reg[r] = hits
                     full = (hits * bt + new) // bt
-                    if full > hits:
-                        if engine == SGLANG:
-                            r_register(R, ids, b0, hits, full, ref, cached, kind, pc)
-                        else:
-                            register(pid, S, ids, b0, hits, full, ref, cached, kind, pc)
+                    if engine == SGLANG:  # the first chunk's insert walks the hit path too
+                        r_register(R, ids, b0, hits, full, ref, cached, kind, pc, 0)
+                        reg[r] = full
+                    elif full > hits:
+                        register(pid, S, ids, b0, hits, full, ref, cached, kind, pc)
                         reg[r] = full
                     note_pinned(pc)
                     pc[HIT_BLOCKS] += hits
@@ -344,7 +343,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                     if gen[r] >= output[r]:
                         if mode == 0 and engine == SGLANG:
                             r_release(R, ids, offsets[r], held[r], ref, cached, kind, pc, True,
-                                      comp[r] // bt, prompt[r] // bt)
+                                      reg[r], comp[r] // bt, prompt[r] // bt)
                         elif mode == 0:
                             release(pid, S, ids, offsets[r], held[r], ref, kind, pc)
                         held[r] = 0
@@ -502,6 +501,14 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, config=None, *,
     cfg = ReplayConfig.of(config, **settings)
     engine, rate_scale = cfg.engine, cfg.rate_scale
     policy = policy.lower()
+    radix_policy = "lru"
+    if cfg.engine == "sglang":  # SGLang's own eviction strategies order the radix tree's leaves
+        from .radix import RADIX_POLICIES
+
+        if policy not in RADIX_POLICIES:
+            raise ReplayError(f"--engine sglang evicts radix-tree leaf nodes by SGLang's strategies; -p {policy} "
+                              f"is not one (choose from {', '.join(RADIX_POLICIES)}, or --engine vllm)")
+        radix_policy, policy = policy, "lru"  # the block evictor is unused under sglang
     if policy not in POLICY_IDS:
         raise ReplayError(f"policy {policy!r} has no incremental form for the serving replay; "
                           f"choose from {', '.join(POLICY_IDS)}")
@@ -536,19 +543,17 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, config=None, *,
     ref_hit = np.zeros(len(rb.ref_ids) if mode else 1, dtype=np.uint8)
     rng_state = np.array([np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(1)], dtype=np.uint64)
     terms = np.zeros(5, dtype=np.float64)  # compute, memory, refetch, overhead, all-reduce (latency.py)
-    if engine == "sglang" and policy != "lru":
-        raise ReplayError(f"--engine sglang evicts radix-tree leaves by last access (lru); -p {policy} has no "
-                          "radix form yet (use -p lru, or --engine vllm)")
     if engine == "sglang" and all_evictable:
         raise ReplayError("the all-evictable check mode is the vLLM pool's; use engine='vllm'")
-    R = new_radix(n_ids, engine == "sglang")
+    R = new_radix(n_ids, engine == "sglang", radix_policy)
     reserve_full_isl, serial = cfg.reserve_full_isl, cfg.serial
     if serial is None:
         serial = rate_scale <= SERIAL_RATE_SCALE
     rules = (RULE_FULL_ISL if reserve_full_isl else 0) | (RULE_SERIAL if serial else 0)
     run = ReplayRun(pid, S, pool, SGLANG if engine == "sglang" else VLLM, R, rb, arrival, cfg.max_num_batched_tokens,
                     cfg.max_num_seqs, mode, ref_hit, model_obj.params, rng_state, terms, rules)
-    meta = {"engine": engine, "policy": policy, "capacity": int(capacity), "rate_scale": float(rate_scale),
+    meta = {"engine": engine, "policy": radix_policy if engine == "sglang" else policy, "capacity": int(capacity),
+            "rate_scale": float(rate_scale),
             "rules": admission_rules(reserve_full_isl, serial),
             "log_evictions": log_evictions,
             "latency_model": getattr(model_obj, "description", type(model_obj).__name__)}
