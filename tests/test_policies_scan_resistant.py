@@ -217,3 +217,36 @@ def test_lirs_pruning_stays_linear():
     start = time.perf_counter()
     kernel_flags("lirs", block, n_blocks, 2000)
     assert time.perf_counter() - start < 8.0
+
+
+def _squeeze_by_copy(ring, gpos, state, tail, used, ghost_bit):
+    """The plain reading of the squeeze: collect the live entries oldest first, then rewrite."""
+    size = len(ring)
+    live = [int(ring[(tail + i) % size]) for i in range(used)]
+    live = [x for i, x in enumerate(live) if state[x] & ghost_bit and gpos[x] == (tail + i) % size]
+    for j, x in enumerate(live):
+        ring[j] = x
+        gpos[x] = j
+    return len(live), 0, len(live)
+
+
+def test_ghost_squeeze_in_place_equals_collect_and_rewrite():
+    """2Q's ghost ring is squeezed in place (the serving kernel runs without numba's runtime, so
+    it may not allocate): same live ids in the same order, same positions, stale duplicates left
+    out, on full rings with every tail."""
+    from sitsprof.policies.classic.twoq import GHOST, _ghost_squeeze
+
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        size, n_ids = int(rng.integers(2, 40)), int(rng.integers(1, 30))
+        ring = rng.integers(0, n_ids, size).astype(np.int32)
+        gpos = rng.integers(0, size, n_ids).astype(np.int64)
+        state = (rng.integers(0, 2, n_ids) * GHOST).astype(np.int8)
+        for k in np.flatnonzero(rng.random(size) < 0.4):
+            gpos[ring[k]], state[ring[k]] = k, state[ring[k]] | GHOST
+        tail = int(rng.integers(0, size))
+        want_ring, want_gpos = ring.copy(), gpos.copy()
+        want = _squeeze_by_copy(want_ring, want_gpos, state, tail, size, GHOST)
+        got = _ghost_squeeze(ring, gpos, state, tail, size)
+        assert tuple(got) == want
+        assert (ring[:want[0]] == want_ring[:want[0]]).all() and (gpos == want_gpos).all()

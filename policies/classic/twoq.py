@@ -90,21 +90,38 @@ def ghost_take(state, x):
 
 
 @njit(cache=True, inline="always")
+def _reverse(ring, lo, hi):
+    """Reverse ring[lo:hi] in place."""
+    hi -= 1
+    while lo < hi:
+        ring[lo], ring[hi] = ring[hi], ring[lo]
+        lo += 1
+        hi -= 1
+
+
+@njit(cache=True, inline="always")
 def _ghost_squeeze(ring, gpos, state, tail, used):
-    """Rewrite the live entries, oldest first, from index 0; returns (head, tail, used)."""
+    """Rewrite the live entries, oldest first, from index 0; returns (head, tail, used).
+
+    In place, allocating nothing (the serving replay's kernel is compiled without numba's
+    runtime, so no array may be made inside it): the ring is rotated so its oldest entry is at
+    0 (three reversals), the live entries are moved forward in one pass (a write never passes
+    the read), and only then are their positions rewritten, so a stale duplicate of an id is
+    still judged by the id's old position."""
     size = ring.shape[0]
-    live = np.empty(used, dtype=np.int32)
+    if tail:
+        _reverse(ring, 0, tail)
+        _reverse(ring, tail, size)
+        _reverse(ring, 0, size)
     n = 0
-    k = tail
-    for _ in range(used):
-        x = ring[k]
+    for i in range(used):
+        x = ring[i]
+        k = tail + i if tail + i < size else tail + i - size  # where x stood before the rotation
         if state[x] & GHOST and gpos[x] == k:
-            live[n] = x
+            ring[n] = x
             n += 1
-        k = k + 1 if k + 1 < size else 0
     for j in range(n):
-        ring[j] = live[j]
-        gpos[live[j]] = j
+        gpos[ring[j]] = j
     return n, 0, n
 
 
