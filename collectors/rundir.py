@@ -329,7 +329,10 @@ class RunDirectory:
         if not folder.is_dir():
             return []
         names = {p.name[: -len(".parquet")] for p in folder.glob("*.parquet") if not p.name.startswith(".")}
-        names |= {p.name[: -len(".parts")] for p in folder.glob("*.parts") if p.is_dir()}
+        # a parts folder is made just before its first part is written: a run killed between the
+        # two (SIGKILL) leaves it empty, which is no table yet, not a damaged one
+        names |= {p.name[: -len(".parts")] for p in folder.glob("*.parts")
+                  if p.is_dir() and any(p.glob("part-*.parquet"))}
         return sorted(names)
 
     def read_arrow(self, name: str, kind: str = "probe"):

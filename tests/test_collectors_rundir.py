@@ -75,6 +75,17 @@ def test_parts_readable_before_finish_and_merged_after(tmp_path):
     assert open_run(tmp_path / "r").read_table("nvml", "sampler")["t"].tolist() == [1, 2, 3, 4]
 
 
+def test_a_parts_folder_killed_before_its_first_part_is_no_table(tmp_path):
+    """SIGKILL between making samplers/X.parts and writing its first part: the run lists the
+    tables it has, so `inspect` says INCOMPLETE, not DAMAGED (a race a fresh-clone CI run hit)."""
+    run = RunDirectory.create(tmp_path, "r")
+    run.append_table("nvml", {"t": [1, 2]})
+    (tmp_path / "r" / "samplers" / "nvml_series.parts").mkdir()
+    reader = open_run(tmp_path / "r")
+    assert reader.tables("sampler") == ["nvml"]
+    assert reader.read_table("nvml", "sampler")["t"].tolist() == [1, 2]
+
+
 def test_errors_name_the_problem(tmp_path):
     RunDirectory.create(tmp_path, "r")
     with pytest.raises(RunDirectoryError, match="already exists"):
