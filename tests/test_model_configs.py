@@ -129,6 +129,12 @@ def test_refusals_are_one_clear_line(tmp_path):
         get_model(LLAMA, tp=3)
     with pytest.raises(UnknownModelError, match="choose from"):
         get_model("gpt-5")
+    odd.write_text("[" * 100_000 + "]" * 100_000)  # json gives up (RecursionError): refused, not a crash
+    with pytest.raises(UnknownModelError, match="nested too deeply"):
+        get_model(odd)
+    odd.write_text("{not json")
+    with pytest.raises(UnknownModelError, match="not a JSON file"):
+        get_model(odd)
 
 
 def test_presets_keep_their_numbers():

@@ -265,6 +265,9 @@ def load_hf_config(path) -> dict:
         raise UnknownModelError(f"--model {path}: cannot read it ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UnknownModelError(f"--model {path}: not a JSON file ({exc}); give a Hugging Face config.json") from None
+    except RecursionError:  # arrays or objects nested thousands deep: json gives up, not a config
+        raise UnknownModelError(f"--model {path}: not a Hugging Face config.json (JSON nested too deeply to "
+                                "read)") from None
     if not isinstance(raw, dict):
         raise UnknownModelError(f"--model {path}: a config.json holds one JSON object; this holds "
                                 f"{type(raw).__name__}")
