@@ -81,3 +81,30 @@ def test_bad_silicon_is_one_line(tmp_path, capsys):
     assert main(["policy", "validate", "--silicon", str(tmp_path / "none.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no such file" in err[0]
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"\xb2\x00binary", "not a silicon table"),                       # not UTF-8
+    (b"id," + b"x" * 200_000 + b"\n", "not a silicon table"),         # a field past csv's limit
+    (None, "column isl is missing (a short row)"),                    # a row cut short
+    ("inf", "column isl is 'inf', not a number"),                     # inf where an int belongs
+])
+def test_damaged_silicon_is_one_line(tmp_path, capsys, content, says):
+    """Whatever the file holds, one line and exit 2, never an internal error."""
+    from sitsprof.cli.main import main
+
+    bad = tmp_path / "bad.csv"
+    with EXCERPT.open(newline="", encoding="utf-8") as fh:
+        header, row = list(csv.reader(fh))[:2]
+    if isinstance(content, bytes):
+        bad.write_bytes(content)
+    else:
+        if content is None:
+            row = row[:5]
+        else:
+            row[header.index("isl")] = content
+        with bad.open("w", newline="", encoding="utf-8") as fh:
+            csv.writer(fh).writerows([header, row])
+    assert main(["policy", "validate", "--silicon", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err

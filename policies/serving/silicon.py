@@ -78,8 +78,9 @@ def silicon_path(path=None) -> Path:
 def _number(text: str, kind, path, line: int, name: str):
     try:
         return kind(float(text)) if kind is int else kind(text)
-    except ValueError:
-        raise SiliconTableError(f"{path}:{line}: column {name} is {text!r}, not a number "
+    except (ValueError, TypeError, OverflowError):  # text, a short row's None, inf as an int
+        said = "missing (a short row)" if text is None else f"{text!r}, not a number"
+        raise SiliconTableError(f"{path}:{line}: column {name} is {said} "
                                 "(the file is not aiconfigurator's silicon table, or is damaged)") from None
 
 
@@ -96,6 +97,14 @@ def _source_concurrency(r: dict) -> str:
 def read_silicon(path=None) -> list[SiliconRow]:
     """Every row of the table at `silicon_path(path)`, in file order."""
     p = silicon_path(path)
+    try:
+        return _read_rows(p)
+    except (csv.Error, UnicodeDecodeError) as exc:  # a binary file, or a field past csv's limit
+        raise SiliconTableError(f"{p}: not a silicon table ({exc}); expected aiconfigurator-core's "
+                                "systems/silicon_sample.csv") from None
+
+
+def _read_rows(p) -> list[SiliconRow]:
     with p.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
