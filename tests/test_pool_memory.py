@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -85,3 +86,14 @@ def test_the_cli_sizes_the_pool_and_refuses_what_cannot_fit(tmp_path, capsys):
     # memory as the pool: 20 GiB of KV a GPU is floor(20 GiB / 1.25 MiB) blocks
     assert main(["policy", "replay", trace, "--gpu", "h100", "-c", "20GiB", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["replay"][0]["capacity"] == 20 * 1024 * 1024 // 1280
+
+
+@pytest.mark.parametrize("text, says", [("0GiB", "is no memory"), ("1KiB", "holds no whole block (1,310,720 bytes")])
+def test_memory_that_holds_no_block_is_refused_like_c_0(text, says):
+    """-c 0 is refused; so is memory too small for one block (it was taken as a 1-block pool)."""
+    from sitsprof.policies.engine.capacity import parse_capacities
+    from sitsprof.policies.errors import CapacityError
+
+    with pytest.raises(CapacityError, match=re.escape(says)):
+        parse_capacities(text, 1000, block_bytes=1_310_720)
+    assert parse_capacities("60GiB", 1000, block_bytes=1_310_720) == [60 * 2**30 // 1_310_720]

@@ -58,7 +58,14 @@ def parse_capacities(text: str, n_blocks: int, block_bytes: float | None = None)
             if not block_bytes:
                 raise CapacityError(f"capacity {item.strip()!r} is memory, and these blocks have no size in bytes; "
                                     "give a block count such as 10k or a percentage such as 5%")
-            caps.append(check_capacity(max(1, int(parse_size(item.strip().replace(" ", "")) // block_bytes))))
+            size = parse_size(item.strip().replace(" ", ""))
+            blocks = int(size // block_bytes)
+            if blocks < 1:  # as -c 0 is refused: a pool that holds no block is no pool
+                held = ("is no memory" if size <= 0 else
+                        f"holds no whole block ({block_bytes:,.0f} bytes a block per GPU)")
+                raise CapacityError(f"capacity {item.strip()!r} {held}; give more memory such as 60GiB, or a "
+                                    "block count")
+            caps.append(check_capacity(blocks))
             continue
         match = _CAPACITY.match(item)
         if match is None:
