@@ -20,7 +20,7 @@ from .schema import (
     TIERS,
     validate_calibration,
 )
-from .typed import Calibration, DelayLevel, LoadedCurve, QueueingFit, latency_ns
+from .typed import Calibration, DelayLevel, LoadedCurve, QueueingFit, latency_ns, queueing_curve
 
 __all__ = [
     "BANDWIDTH_KEYS",
@@ -38,6 +38,7 @@ __all__ = [
     "LoadedCurve",
     "QueueingFit",
     "latency_ns",
+    "queueing_curve",
     "load_calibration",
     "reference_path",
     "validate_calibration",

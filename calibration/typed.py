@@ -30,17 +30,44 @@ from .errors import CalibrationError
 from .io import load_calibration
 from .schema import QUANTILE_KEYS, validate_calibration
 
-__all__ = ["Calibration", "DelayLevel", "LoadedCurve", "QueueingFit", "latency_ns"]
+__all__ = ["Calibration", "DelayLevel", "LoadedCurve", "QueueingFit", "latency_ns", "queueing_curve"]
+
+
+def queueing_curve(u, l0: float, a: float, u_max: float, b: float = 1.0):
+    """latency(u) = l0 + a ((1 - u/u_max)^-b - 1); inf where u >= u_max.
+
+    The loaded-latency form a calibration carries (``fit_p50``/``fit_p99``): written here, at
+    the seam, once; reports/queueing.py fits it to a run, the step model reads its parameters.
+    numpy is imported here, not with the module: reading a calibration does not need it."""
+    import numpy as np
+
+    u = np.asarray(u, dtype=np.float64)
+    rho = u / u_max
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = np.where(rho < 1.0, (1.0 - np.minimum(rho, 1.0)) ** -b - 1.0, np.inf)
+    return l0 + a * g
 
 
 @dataclass(frozen=True)
 class QueueingFit:
-    """A curve's queueing fit, latency(u) = l0 + a ((1 - u / u_max)^-b - 1), in the curve's unit."""
+    """A curve's queueing fit, latency(u) = l0 + a ((1 - u / u_max)^-b - 1), in the curve's unit.
+
+    What the file holds; reports/queueing.py's fit result is this plus its goodness of fit."""
 
     l0: float
     a: float
     u_max: float
     b: float
+
+    def predict(self, u):
+        """Latency predicted at load `u`, an array (inf at or beyond u_max)."""
+        return queueing_curve(u, self.l0, self.a, self.u_max, self.b)
+
+    def load_at(self, latency: float) -> float:
+        """The load at which the curve reaches `latency` (NaN below L0 or when a = 0)."""
+        if self.a <= 0 or latency < self.l0:
+            return float("nan")
+        return float(self.u_max * (1.0 - (1.0 + (latency - self.l0) / self.a) ** (-1.0 / self.b)))
 
 
 @dataclass(frozen=True)

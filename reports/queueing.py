@@ -22,38 +22,24 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from sitsprof.calibration import QueueingFit as CurveParameters
+from sitsprof.calibration import queueing_curve
+
+__all__ = ["QueueingFit", "fit_queueing", "queueing_curve"]
+
 
 @dataclass(frozen=True)
-class QueueingFit:
-    l0: float
-    a: float
-    u_max: float
-    b: float
+class QueueingFit(CurveParameters):
+    """The curve's parameters (the calibration's `QueueingFit`: predict, load_at) and how well
+    they fit the run's points; `to_dict` gives what a calibration's ``fit_p50`` holds and more
+    (the schema reads ``l0``, ``a``, ``u_max``, ``b``)."""
+
     rmse: float
     r2: float
     n: int
 
-    def predict(self, u) -> np.ndarray:
-        """Latency predicted at load `u` (inf at or beyond u_max)."""
-        return queueing_curve(np.asarray(u, dtype=np.float64), self.l0, self.a, self.u_max, self.b)
-
-    def load_at(self, latency: float) -> float:
-        """The load at which the fitted curve reaches `latency` (NaN below L0 or when a = 0)."""
-        if self.a <= 0 or latency < self.l0:
-            return float("nan")
-        return float(self.u_max * (1.0 - (1.0 + (latency - self.l0) / self.a) ** (-1.0 / self.b)))
-
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def queueing_curve(u, l0: float, a: float, u_max: float, b: float = 1.0) -> np.ndarray:
-    """latency(u) = l0 + a * ((1 - u/u_max)^-b - 1); inf where u >= u_max."""
-    u = np.asarray(u, dtype=np.float64)
-    rho = u / u_max
-    with np.errstate(divide="ignore", invalid="ignore"):
-        g = np.where(rho < 1.0, (1.0 - np.minimum(rho, 1.0)) ** -b - 1.0, np.inf)
-    return l0 + a * g
 
 
 def _solve_linear(g: np.ndarray, y: np.ndarray):

@@ -45,3 +45,19 @@ def test_flat_latency_gives_zero_queueing_term():
 def test_too_few_points():
     with pytest.raises(ValueError, match="at least 3"):
         fit_queueing([0.1, 0.2], [1.0, 2.0])
+
+
+def test_the_fit_a_run_writes_is_the_curve_a_calibration_reads():
+    """One curve across the seam: what the report fits, written as fit_p50 and read back as the
+    calibration's QueueingFit, predicts the same latency and inverts the same way."""
+    from sitsprof.calibration import QueueingFit as CurveParameters
+
+    u = np.linspace(0.05, 0.9, 12)
+    fit = fit_queueing(u, queueing_curve(u, 640.0, 35.0, 0.96, 1.5), fit_exponent=True)
+    written = fit.to_dict()
+    assert {"rmse", "r2", "n"} <= set(written)
+    read = CurveParameters(*(written[k] for k in ("l0", "a", "u_max", "b")))
+    assert isinstance(fit, CurveParameters)
+    grid = np.linspace(0.0, 0.99, 50)
+    assert np.array_equal(read.predict(grid), fit.predict(grid))
+    assert read.load_at(900.0) == fit.load_at(900.0)
