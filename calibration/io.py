@@ -3,12 +3,12 @@ writing through the one atomic writer so a crash never leaves half a calibration
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from sitsprof.common import jsonout
 from sitsprof.common.atomic import atomic_write_text, make_folder
+from sitsprof.common.jsonin import JsonFileError, read_json_file
 
 from .errors import CalibrationError
 from .schema import validate_calibration
@@ -28,18 +28,14 @@ def load_calibration(path: str | os.PathLike | None = None) -> dict:
         path = reference_path(path or REFERENCE)
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CalibrationError("(file)", f"cannot read: {exc.strerror or exc}", str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise CalibrationError("(file)", f"not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r}); "
-                                         "a calibration file is UTF-8 JSON", str(path)) from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CalibrationError("(file)", f"not JSON: {exc.msg} at line {exc.lineno}", str(path)) from None
-    except RecursionError:
-        raise CalibrationError("(file)", "not a calibration: JSON nested too deeply to read", str(path)) from None
+        obj = read_json_file(path)
+    except JsonFileError as exc:
+        problem = exc.problem
+        if problem.startswith("not UTF-8"):
+            problem += "; a calibration file is UTF-8 JSON"
+        elif problem.startswith("JSON nested"):
+            problem = "not a calibration: " + problem
+        raise CalibrationError("(file)", problem, str(path)) from None
     try:
         return validate_calibration(obj)
     except CalibrationError as exc:

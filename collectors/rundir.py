@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
-import json
 import os
 import re
 import secrets
@@ -36,6 +35,7 @@ from sitsprof.collectors.errors import DamagedTableError, DiskFullError, RunDire
 from sitsprof.common import jsonout
 from sitsprof.common.atomic import atomic_write
 from sitsprof.common.errors import SitsprofError
+from sitsprof.common.jsonin import JsonFileError, read_json_file
 from sitsprof.common.signals import Terminated, signals_deferred
 
 SCHEMA_VERSION = 1
@@ -409,11 +409,9 @@ def open_run(path) -> RunDirectory:
     if not meta_path.exists():
         raise RunDirectoryError(f"{path}: not a run directory (no {META})")
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise RunDirectoryError(f"{meta_path}: unreadable: {exc}") from None
-    except RecursionError:
-        raise RunDirectoryError(f"{meta_path}: unreadable: JSON nested too deeply to read") from None
+        meta = read_json_file(meta_path)
+    except JsonFileError as exc:
+        raise RunDirectoryError(f"{meta_path}: unreadable: {exc.problem}") from None
     if not isinstance(meta, dict) or "schema_version" not in meta:
         raise RunDirectoryError(f"{meta_path}: not a sitsprof meta.json (no schema_version)")
     version = meta["schema_version"]

@@ -133,7 +133,10 @@ def test_refusals_are_one_clear_line(tmp_path):
     with pytest.raises(UnknownModelError, match="nested too deeply"):
         get_model(odd)
     odd.write_text("{not json")
-    with pytest.raises(UnknownModelError, match="not a JSON file"):
+    with pytest.raises(UnknownModelError, match="not JSON: .* at line 1; give a Hugging Face config.json"):
+        get_model(odd)
+    odd.write_bytes(b'{"model_type": "caf\xe9"}')  # Latin-1: the shared reader names the byte
+    with pytest.raises(UnknownModelError, match=r"not UTF-8 text \(byte 19"):
         get_model(odd)
 
 

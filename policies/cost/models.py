@@ -46,10 +46,11 @@ MLA's latent is held whole on every GPU, and the weights are split evenly.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+from sitsprof.common.jsonin import JsonFileError, read_json_file
 
 from ..errors import UnknownModelError
 
@@ -260,14 +261,9 @@ def load_hf_config(path) -> dict:
     """The config.json at `path` as a dict (its `text_config` for a multimodal wrapper)."""
     path = Path(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UnknownModelError(f"--model {path}: cannot read it ({exc.strerror or exc})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UnknownModelError(f"--model {path}: not a JSON file ({exc}); give a Hugging Face config.json") from None
-    except RecursionError:  # arrays or objects nested thousands deep: json gives up, not a config
-        raise UnknownModelError(f"--model {path}: not a Hugging Face config.json (JSON nested too deeply to "
-                                "read)") from None
+        raw = read_json_file(path)
+    except JsonFileError as exc:
+        raise UnknownModelError(f"--model {path}: {exc.problem}; give a Hugging Face config.json") from None
     if not isinstance(raw, dict):
         raise UnknownModelError(f"--model {path}: a config.json holds one JSON object; this holds "
                                 f"{type(raw).__name__}")

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any
+
+from sitsprof.common.jsonin import JsonFileError, read_json_file
 
 from ..errors import PolicyEngineError
 
@@ -372,11 +373,8 @@ def read_results(path: str | Path) -> Any:
     """The JSON a policy run wrote (`check_results`), or PolicyResultsError naming the file."""
     path = Path(path)
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PolicyResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PolicyResultsError(f"{path}: not JSON ({exc})") from None
-    except RecursionError:
-        raise PolicyResultsError(f"{path}: not a policy results file (JSON nested too deeply to read)") from None
+        payload = read_json_file(path)
+    except JsonFileError as exc:
+        raise PolicyResultsError(f"{path}: {exc.problem} (a policy results file is what "
+                                 "`sitsprof policy simulate --json` writes)") from None
     return check_results(payload, str(path))
