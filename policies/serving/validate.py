@@ -127,7 +127,10 @@ def read_profiles(path=None) -> dict:
 
 
 def profile_key(row: SiliconRow) -> str:
-    return f"{row.system}|{row.model}|tp{row.tp}|{row.precision or 'bf16'}"
+    """The profile's key: an MoE row run with expert parallelism (moe_ep_size > 1) has its own
+    profile (whole experts per GPU, another kernel), keyed with ``|ep<N>``."""
+    ep = row.int_field("moe_ep_size")
+    return f"{row.system}|{row.model}|tp{row.tp}|{row.precision or 'bf16'}" + (f"|ep{ep}" if ep > 1 else "")
 
 
 def _num(text: str) -> float | None:
@@ -162,6 +165,10 @@ def unmodellable(row: SiliconRow) -> str | None:
         return "pipeline parallelism is not modelled"
     if row.int_field("attention_dp_size") > 1:
         return "attention data parallelism is not modelled"
+    moe_gpus = row.int_field("moe_tp_size") * row.int_field("moe_ep_size")
+    if moe_gpus > row.tp:
+        return (f"data parallelism is not modelled (the MoE layers span {moe_gpus} GPUs, attention TP "
+                f"{row.tp}: {moe_gpus // row.tp} engines)")
     if row.precision not in PRECISIONS:
         return f"precision {row.precision}: weights at this width are not modelled (fp8, bf16)"
     if row.concurrency < 1:
@@ -220,9 +227,7 @@ def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed
     if why is None and profiles is not None:
         profile = profiles.get(profile_key(row))
         if profile is None:
-            why = ("no per-op step profile for this model, system and TP (bench/op_profiles.py profiles dense "
-                   "models; MoE expert kernels are not profiled)" if spec.experts else
-                   "no per-op step profile for this model, system and TP (bench/op_profiles.py)")
+            why = "no per-op step profile for this model, system, TP and EP (bench/op_profiles.py)"
     if why is not None:
         out["reason"] = why
         return out
