@@ -3,6 +3,7 @@
 Run where aiconfigurator-core 0.12.0 and pandas are installed (not a sitsprof dependency):
 
     /tmp/aic/bin/python bench/op_profiles.py > policies/data/op_profiles.json
+    /tmp/aic/bin/python bench/op_profiles.py balanced > /tmp/op_balanced.json   # MoE routing sensitivity
 
 For every (system, model, TP, precision) of a dense model among the silicon table's vLLM
 aggregated H100/H200 rows, at a grid of tokens per step M, per GPU, in milliseconds:
@@ -157,7 +158,7 @@ def active_experts(m, topk, experts, moe_ep):
     return experts / moe_ep * (1.0 - (1.0 - topk / experts) ** m)
 
 
-def moe_terms(system, cfg, tp, moe_tp, moe_ep, gemm_fp8, gemm_bf16, moe_table):
+def moe_terms(system, cfg, tp, moe_tp, moe_ep, gemm_fp8, gemm_bf16, moe_table, distribution=MOE_DISTRIBUTION):
     """(gemm_ms, moe_ms, extra all-reduce elements per token per layer, notes) of an MoE model, or
     None with no measured MoE curve for its shape (module docstring)."""
     h, L, qh = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
@@ -166,7 +167,7 @@ def moe_terms(system, cfg, tp, moe_tp, moe_ep, gemm_fp8, gemm_bf16, moe_table):
     experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
     topk = cfg["num_experts_per_tok"]
     inter = cfg.get("moe_intermediate_size") or cfg["intermediate_size"]
-    moe = moe_curve(moe_table, h, inter, topk, experts, moe_tp, moe_ep)
+    moe = moe_curve(moe_table, h, inter, topk, experts, moe_tp, moe_ep, distribution)
     if moe is None:
         return None
     q_n = (qh // tp + 2 * max(kvh // tp, 1)) * hd
@@ -246,7 +247,9 @@ def is_moe(cfg):
     return any(cfg.get(k) for k in ("num_experts", "n_routed_experts", "num_local_experts"))
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    distribution = argv[0] if argv else MOE_DISTRIBUTION  # the MoE table's routing (balanced, power_law_1.2)
     rows = [r for r in csv.DictReader((root() / "systems" / "silicon_sample.csv").open(newline=""))
             if r["backend"] == "vllm" and r["mode"] == "agg" and r["system"] in ("h100_sxm", "h200_sxm")]
     keys = sorted({(r["system"], r["model_path"], int(r["tp_size"] or 1), r["precision"]) for r in rows})
@@ -283,7 +286,8 @@ def main() -> int:
         hd = cfg.get("head_dim") or h // qh
         got = moe_terms(system, cfg, tp, moe_tp, moe_ep,
                         gemm_table(gemms, system, "CutlassFP8ScaledMMLinearKernel", "fp8"),
-                        gemm_table(gemms, system, "torch.nn.functional.linear", "bfloat16"), moes[system])
+                        gemm_table(gemms, system, "torch.nn.functional.linear", "bfloat16"), moes[system],
+                        distribution)
         if got is None:
             continue
         gemm_ms, moe_ms, extra_ar = got
@@ -298,7 +302,7 @@ def main() -> int:
             "gemm_ms": gemm_ms, "lm_head_ms": [B.at(m, cfg["vocab_size"] // tp, h) for m in GRID],
             "allreduce_ms": ar, "attn_tflops": rate, "attn_points": points, "moe_ms": moe_ms,
             "moe_active_experts": [active_experts(m, cfg["num_experts_per_tok"], experts, moe_ep) for m in GRID],
-            "moe": {"kernel": MOE_EP_KERNEL if moe_ep > 1 else MOE_TP_KERNEL, "distribution": MOE_DISTRIBUTION,
+            "moe": {"kernel": MOE_EP_KERNEL if moe_ep > 1 else MOE_TP_KERNEL, "distribution": distribution,
                     "moe_tp": moe_tp, "moe_ep": moe_ep, "experts_per_gpu": experts // moe_ep,
                     "inter_per_gpu": (cfg.get("moe_intermediate_size") or cfg["intermediate_size"]) / moe_tp}}
     json.dump(out, sys.stdout, indent=1)
