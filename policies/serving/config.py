@@ -33,6 +33,9 @@ class ReplayConfig:
     #: (minus hits) fits (`scheduler_reserve_full_isl`); False is the older first-chunk rule
     reserve_full_isl: bool = True
     serial: bool | None = None  # one request at a time (None: when rate_scale <= scheduler.SERIAL_RATE_SCALE)
+    #: SGLang's batches: a step with prefill work runs it alone and decodes wait (enable_mixed_chunk
+    #: off, its default); False: vLLM's mixed batch of decodes and prefill chunks
+    prefill_first: bool = False
     model: object = None  # a ModelSpec (policies/cost/models.py), a preset name or config path; None: default
     calibration: object = None  # a calibration path or dict; None: the shipped reference
     #: the pool per replica: blocks (100k), % of the trace's distinct blocks, or KV memory per GPU

@@ -90,7 +90,7 @@ N_STATS = 16
 SI_WH, SI_WN, SI_NRUN, SI_NXT, SI_DONE, SI_ISSUE = range(6)
 N_SI = 8
 # `rules` bits: vLLM 0.33's whole-sequence admission gate; one request at a time
-RULE_FULL_ISL, RULE_SERIAL = 1, 2
+RULE_FULL_ISL, RULE_SERIAL, RULE_PREFILL_FIRST = 1, 2, 4
 # --rate-scale at or below this serves requests one at a time (RULE_SERIAL): at such rates
 # requests with different timestamps never overlap, and same-time arrivals are queued one
 # after another instead of joining one step
@@ -124,6 +124,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
     ref, cached, kind, pc, ev_log = pool
     full_isl = (rules & RULE_FULL_ISL) != 0
     serial = (rules & RULE_SERIAL) != 0
+    prefill_first = (rules & RULE_PREFILL_FIRST) != 0
     n = prompt.shape[0]
     capacity = pc[CAPACITY]
     comp = rq[0]  # tokens computed (KV written)
@@ -165,143 +166,160 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                 break
             now = arrival[nxt]
             continue
-        budget = max_batched
-        # 2. running requests
-        preempted = False
-        i = 0
-        while i < n_run and budget > 0:
-            r = run[i]
-            b0 = offsets[r]
-            new = prompt[r] + gen[r] - comp[r]
-            if new > budget:
-                new = budget
-            if mode == 0:
-                need = _ceil_div(comp[r] + new, bt) - held[r]
-                scheduled = True
-                while need > 0 and available(pc) < need:
-                    v = run[n_run - 1]
-                    n_run -= 1
-                    if engine == SGLANG:
-                        r_release(R, ids, offsets[v], held[v], ref, cached, kind, pc, False, 0, 0, 0)
-                    else:
-                        release(pid, S, ids, offsets[v], held[v], ref, kind, pc)
-                    held[v] = 0
-                    reg[v] = 0
-                    comp[v] = 0
-                    status[v] = WAITING
-                    wh = (wh - 1) % (n + 1)
-                    wq[wh] = v
-                    wn += 1
-                    n_preempt[v] += 1
-                    stats[ST_PREEMPTIONS] += 1
-                    preempted = True
-                    if v == r:
-                        scheduled = False
-                        break
-                if not scheduled:
-                    break
-                if need > 0:
-                    if engine == SGLANG:
-                        r_allocate(R, ids, b0, held[r], held[r] + need, ref, cached, kind, pc, ev_log)
-                    else:
-                        allocate(pid, S, ids, b0, held[r], held[r] + need, cached, kind, pc, ev_log)
-                    held[r] += need
-                full = (comp[r] + new) // bt
-                if engine == SGLANG:
-                    if not (gen[r] > 0 and new == 1):  # each prefill chunk is inserted; decoded
-                        r_register(R, ids, b0, reg[r], full, ref, cached, kind, pc, reg[r])  # at the finish
-                        reg[r] = max(reg[r], full)
-                elif full > reg[r]:
-                    register(pid, S, ids, b0, reg[r], full, ref, cached, kind, pc)
-                    reg[r] = full
-                note_pinned(pc)
-            sched[i] = new
-            budget -= new
-            i += 1
-        n_sched = i
-        # 3. waiting requests
-        if not preempted:
-            while wn > 0 and n_run < max_seqs and budget > 0:
-                r = wq[wh]
+        # RULE_PREFILL_FIRST (SGLang, enable_mixed_chunk off): a step with prefill work (a chunked
+        # prompt to continue, a waiting request to admit) runs that work alone and the decodes wait;
+        # a decode step admits nobody. Pass 0 tries the prefill batch; when it schedules no prefill
+        # token, pass 1 is the decode batch. Without the rule, one pass: vLLM's mixed batch.
+        for pf_pass in range(2 if prefill_first else 1):
+            prefill_only = prefill_first and pf_pass == 0
+            decode_only = prefill_first and pf_pass == 1
+            budget = max_batched
+            # 2. running requests
+            preempted = False
+            i = 0
+            n_prefill = 0
+            while i < n_run and budget > 0:
+                r = run[i]
                 b0 = offsets[r]
-                known = prompt[r] + gen[r]
-                first = t_sched[r] < 0
-                if mode == 1:
-                    hits = 0
-                    if first:
-                        lead = True
-                        for j in range(ref_off[r], ref_off[r + 1]):
-                            x = ref_ids[j]
-                            if cached[x]:
-                                ref_hit[j] = 1
-                                v = ev_hit(pid, S, x)
-                                if v >= 0:
-                                    drop(cached, pc, ev_log, v)
-                                ev_pin(pid, S, x)
-                                ev_unpin(pid, S, x)
-                                if lead:
-                                    hits += 1
-                            else:
-                                ref_hit[j] = 0
-                                lead = False
-                                ev_miss(pid, S, x)
-                                take_slot(pid, S, cached, pc, ev_log)
-                                cached[x] = 1
-                                pc[N_CACHED] += 1
-                                pc[N_PRIVATE] -= 1
-                                ev_admit(pid, S, x)
-                                ev_unpin(pid, S, x)
-                                pc[N_EVICTABLE] += 1
-                        if hits * bt > known - 1:
-                            hits = (known - 1) // bt
-                    new = known - hits * bt
-                    if new > budget:
-                        new = budget
-                else:
-                    hits = lookup(ids, b0, (known - 1) // bt, cached)
-                    new = known - hits * bt
-                    if new > budget:
-                        new = budget
-                    total = _ceil_div(hits * bt + new, bt)
-                    need = total - hits
-                    gate = need
-                    if full_isl:  # the whole known sequence must fit, not just this chunk
-                        gate = max(need, _ceil_div(known, bt) - hits)
-                    if available(pc) - evictable_among(ids, b0, hits, ref) < gate:
-                        stats[ST_POOL_BLOCKED] += 1
+                new = prompt[r] + gen[r] - comp[r]
+                if new > budget:
+                    new = budget
+                if (prefill_only and gen[r] > 0 and new == 1) or (decode_only and not (gen[r] > 0 and new == 1)):
+                    sched[i] = 0  # not in this batch
+                    i += 1
+                    continue
+                if mode == 0:
+                    need = _ceil_div(comp[r] + new, bt) - held[r]
+                    scheduled = True
+                    while need > 0 and available(pc) < need:
+                        v = run[n_run - 1]
+                        n_run -= 1
+                        if engine == SGLANG:
+                            r_release(R, ids, offsets[v], held[v], ref, cached, kind, pc, False, 0, 0, 0)
+                        else:
+                            release(pid, S, ids, offsets[v], held[v], ref, kind, pc)
+                        held[v] = 0
+                        reg[v] = 0
+                        comp[v] = 0
+                        status[v] = WAITING
+                        wh = (wh - 1) % (n + 1)
+                        wq[wh] = v
+                        wn += 1
+                        n_preempt[v] += 1
+                        stats[ST_PREEMPTIONS] += 1
+                        preempted = True
+                        if v == r:
+                            scheduled = False
+                            break
+                    if not scheduled:
                         break
+                    if need > 0:
+                        if engine == SGLANG:
+                            r_allocate(R, ids, b0, held[r], held[r] + need, ref, cached, kind, pc, ev_log)
+                        else:
+                            allocate(pid, S, ids, b0, held[r], held[r] + need, cached, kind, pc, ev_log)
+                        held[r] += need
+                    full = (comp[r] + new) // bt
                     if engine == SGLANG:
-                        r_touch(R, ids, b0, hits, ref, cached, kind, pc)
-                        r_allocate(R, ids, b0, hits, total, ref, cached, kind, pc, ev_log)
-                    else:
-                        touch(pid, S, ids, b0, hits, ref, cached, kind, pc, ev_log)
-                        allocate(pid, S, ids, b0, hits, total, cached, kind, pc, ev_log)
-                    held[r] = total
-                    reg[r] = hits
-                    full = (hits * bt + new) // bt
-                    if engine == SGLANG:  # the first chunk's insert walks the hit path too
-                        r_register(R, ids, b0, hits, full, ref, cached, kind, pc, 0)
-                        reg[r] = full
-                    elif full > hits:
-                        register(pid, S, ids, b0, hits, full, ref, cached, kind, pc)
+                        if not (gen[r] > 0 and new == 1):  # each prefill chunk is inserted; decoded
+                            r_register(R, ids, b0, reg[r], full, ref, cached, kind, pc, reg[r])  # at the finish
+                            reg[r] = max(reg[r], full)
+                    elif full > reg[r]:
+                        register(pid, S, ids, b0, reg[r], full, ref, cached, kind, pc)
                         reg[r] = full
                     note_pinned(pc)
-                    pc[HIT_BLOCKS] += hits
-                    pc[LOOKUP_BLOCKS] += (known - 1) // bt
-                if first:
-                    t_sched[r] = now
-                    hit_blocks[r] = hits
-                    stats[ST_HIT_TOKENS] += hits * bt
-                    stats[ST_PROMPT_TOKENS] += prompt[r]
-                comp[r] = hits * bt
-                wh = (wh + 1) % (n + 1)
-                wn -= 1
-                status[r] = RUNNING
-                run[n_run] = r
-                sched[n_run] = new
-                n_run += 1
-                n_sched = n_run
+                if not (gen[r] > 0 and new == 1):
+                    n_prefill += 1
+                sched[i] = new
                 budget -= new
+                i += 1
+            n_sched = i
+            # 3. waiting requests (not into a decode batch)
+            if not preempted and not decode_only:
+                while wn > 0 and n_run < max_seqs and budget > 0:
+                    r = wq[wh]
+                    b0 = offsets[r]
+                    known = prompt[r] + gen[r]
+                    first = t_sched[r] < 0
+                    if mode == 1:
+                        hits = 0
+                        if first:
+                            lead = True
+                            for j in range(ref_off[r], ref_off[r + 1]):
+                                x = ref_ids[j]
+                                if cached[x]:
+                                    ref_hit[j] = 1
+                                    v = ev_hit(pid, S, x)
+                                    if v >= 0:
+                                        drop(cached, pc, ev_log, v)
+                                    ev_pin(pid, S, x)
+                                    ev_unpin(pid, S, x)
+                                    if lead:
+                                        hits += 1
+                                else:
+                                    ref_hit[j] = 0
+                                    lead = False
+                                    ev_miss(pid, S, x)
+                                    take_slot(pid, S, cached, pc, ev_log)
+                                    cached[x] = 1
+                                    pc[N_CACHED] += 1
+                                    pc[N_PRIVATE] -= 1
+                                    ev_admit(pid, S, x)
+                                    ev_unpin(pid, S, x)
+                                    pc[N_EVICTABLE] += 1
+                            if hits * bt > known - 1:
+                                hits = (known - 1) // bt
+                        new = known - hits * bt
+                        if new > budget:
+                            new = budget
+                    else:
+                        hits = lookup(ids, b0, (known - 1) // bt, cached)
+                        new = known - hits * bt
+                        if new > budget:
+                            new = budget
+                        total = _ceil_div(hits * bt + new, bt)
+                        need = total - hits
+                        gate = need
+                        if full_isl:  # the whole known sequence must fit, not just this chunk
+                            gate = max(need, _ceil_div(known, bt) - hits)
+                        if available(pc) - evictable_among(ids, b0, hits, ref) < gate:
+                            stats[ST_POOL_BLOCKED] += 1
+                            break
+                        if engine == SGLANG:
+                            r_touch(R, ids, b0, hits, ref, cached, kind, pc)
+                            r_allocate(R, ids, b0, hits, total, ref, cached, kind, pc, ev_log)
+                        else:
+                            touch(pid, S, ids, b0, hits, ref, cached, kind, pc, ev_log)
+                            allocate(pid, S, ids, b0, hits, total, cached, kind, pc, ev_log)
+                        held[r] = total
+                        reg[r] = hits
+                        full = (hits * bt + new) // bt
+                        if engine == SGLANG:  # the first chunk's insert walks the hit path too
+                            r_register(R, ids, b0, hits, full, ref, cached, kind, pc, 0)
+                            reg[r] = full
+                        elif full > hits:
+                            register(pid, S, ids, b0, hits, full, ref, cached, kind, pc)
+                            reg[r] = full
+                        note_pinned(pc)
+                        pc[HIT_BLOCKS] += hits
+                        pc[LOOKUP_BLOCKS] += (known - 1) // bt
+                    if first:
+                        t_sched[r] = now
+                        hit_blocks[r] = hits
+                        stats[ST_HIT_TOKENS] += hits * bt
+                        stats[ST_PROMPT_TOKENS] += prompt[r]
+                    comp[r] = hits * bt
+                    wh = (wh + 1) % (n + 1)
+                    wn -= 1
+                    status[r] = RUNNING
+                    run[n_run] = r
+                    sched[n_run] = new
+                    n_run += 1
+                    n_sched = n_run
+                    budget -= new
+                    n_prefill += 1
+            if n_prefill > 0 or not prefill_only:
+                break
         if n_sched == 0:
             # nothing could be scheduled (cannot happen with a non-empty pool); avoid a spin
             if nxt < n:
@@ -315,9 +333,13 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
         pairs = 0.0
         context = 0
         table = 0
+        n_step = 0  # requests in this batch (RULE_PREFILL_FIRST leaves the other kind out: sched 0)
         for i in range(n_sched):
             r = run[i]
             new = sched[i]
+            if new == 0:
+                continue
+            n_step += 1
             c = comp[r]
             if c + new < prompt[r] + gen[r] or new > 1 or gen[r] == 0:
                 prefill += new
@@ -325,7 +347,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
             context += c + new
             table += held[r]
         tok = max_batched - budget
-        dt = step_seconds(lat_params, prefill, pairs, context, tok, n_sched, table, rng_state, terms)
+        dt = step_seconds(lat_params, prefill, pairs, context, tok, n_step, table, rng_state, terms)
         now += dt
         stats[ST_STEPS] += 1
         stats[ST_TOKENS] += tok
@@ -367,12 +389,15 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
     return now
 
 
-def admission_rules(reserve_full_isl: bool, serial: bool) -> dict:
+def admission_rules(reserve_full_isl: bool, serial: bool, prefill_first: bool = False) -> dict:
     """What the results say of the scheduler rules a replay followed."""
-    return {"vllm_version": VLLM_VERSION, "scheduler_reserve_full_isl": bool(reserve_full_isl),
-            "admission": ("whole sequence must fit (full_sequence_must_fit)" if reserve_full_isl
-                          else "first chunk must fit (vLLM before 0.33)"),
-            "one_request_at_a_time": bool(serial)}
+    out = {"vllm_version": VLLM_VERSION, "scheduler_reserve_full_isl": bool(reserve_full_isl),
+           "admission": ("whole sequence must fit (full_sequence_must_fit)" if reserve_full_isl
+                         else "first chunk must fit (vLLM before 0.33)"),
+           "one_request_at_a_time": bool(serial)}
+    if prefill_first:
+        out["batches"] = "prefill batches alone, decodes wait (SGLang, enable_mixed_chunk off)"
+    return out
 
 
 def new_run_state(n: int):
@@ -549,12 +574,13 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, config=None, *,
     reserve_full_isl, serial = cfg.reserve_full_isl, cfg.serial
     if serial is None:
         serial = rate_scale <= SERIAL_RATE_SCALE
-    rules = (RULE_FULL_ISL if reserve_full_isl else 0) | (RULE_SERIAL if serial else 0)
+    rules = ((RULE_FULL_ISL if reserve_full_isl else 0) | (RULE_SERIAL if serial else 0)
+             | (RULE_PREFILL_FIRST if cfg.prefill_first else 0))
     run = ReplayRun(pid, S, pool, SGLANG if engine == "sglang" else VLLM, R, rb, arrival, cfg.max_num_batched_tokens,
                     cfg.max_num_seqs, mode, ref_hit, model_obj.params, rng_state, terms, rules)
     meta = {"engine": engine, "policy": radix_policy if engine == "sglang" else policy, "capacity": int(capacity),
             "rate_scale": float(rate_scale),
-            "rules": admission_rules(reserve_full_isl, serial),
+            "rules": admission_rules(reserve_full_isl, serial, cfg.prefill_first),
             "log_evictions": log_evictions,
             "latency_model": getattr(model_obj, "description", type(model_obj).__name__)}
     from . import watch
