@@ -250,6 +250,9 @@ def _as_numbers(res: RunAnalysis, frame, where: str, required=()):
 
 #: Roles whose columns every row needs as a number (a group key or the measurement itself).
 _KEY_ROLES = ("footprint", "stride", "latency", "level", "fraction")
+#: Roles whose text columns are group keys every row needs (issue 22: a NaN `access` column ended
+#: in an IndexError, a NaN among valid ones was counted under another access).
+_TEXT_KEY_ROLES = ("access", "kernel")
 #: Roles whose numbers are positive by nature (issue 22: latency_cycles 0 or -5 ended in ValueError).
 _POSITIVE_ROLES = ("footprint", "stride", "latency")
 _WILD = 1e30  # beyond anything a probe measures (cycles, ns, bytes, GB/s); squares still fit a float
@@ -260,6 +263,13 @@ def _numbers_only(res: RunAnalysis, frame, table: str):
     column (`_KEY_ROLES`) left out and counted in the notes: a damaged or hand-edited table must
     not end in an OverflowError or a NumPy warning."""
     frame = frame.copy()
+    texts = [c for c in (column(frame, role, required=False) for role in _TEXT_KEY_ROLES) if c is not None]
+    if texts:  # a group key with no value (NaN `access`) has no group: factorize codes it -1
+        missing = frame[texts].isna().any(axis=1).to_numpy()
+        if missing.any():
+            res.notes.append(f"probes/{table}.parquet: {int(missing.sum())} of {len(frame)} rows have no "
+                             f"{', '.join(texts)} and are left out")
+            frame = frame[~missing]
     for name in (column(frame, role, required=False) for role in _POSITIVE_ROLES):
         if name is not None and frame[name].dtype.kind in "iuf":
             values = frame[name].to_numpy(dtype=np.float64)
@@ -616,7 +626,8 @@ def analyze_run(run_or_path) -> RunAnalysis:
         if frame is None or len(frame) == 0:
             # A `sitsprof record` run profiles the user's command: it has no probes by design.
             if part not in OPTIONAL_PARTS and meta.get("kind") != "record":
-                res.missing[part] = f"no probes/{table}.parquet in the run"
+                res.missing[part] = (f"no probes/{table}.parquet in the run" if frame is None else
+                                     f"probes/{table}.parquet has no usable row")
             continue
         try:
             PARTS[part](res, frame)
