@@ -260,16 +260,10 @@ _WILD = 1e30  # beyond anything a probe measures (cycles, ns, bytes, GB/s); squa
 
 def _numbers_only(res: RunAnalysis, frame, table: str):
     """`frame` with +-inf and values beyond 1e30 as NaN, and the rows without a number in a key
-    column (`_KEY_ROLES`) left out and counted in the notes: a damaged or hand-edited table must
-    not end in an OverflowError or a NumPy warning."""
+    column (`_KEY_ROLES`) or a value in a text key (`_TEXT_KEY_ROLES`) left out and counted in
+    the notes: a damaged or hand-edited table must not end in an OverflowError, an IndexError or
+    a NumPy warning."""
     frame = frame.copy()
-    texts = [c for c in (column(frame, role, required=False) for role in _TEXT_KEY_ROLES) if c is not None]
-    if texts:  # a group key with no value (NaN `access`) has no group: factorize codes it -1
-        missing = frame[texts].isna().any(axis=1).to_numpy()
-        if missing.any():
-            res.notes.append(f"probes/{table}.parquet: {int(missing.sum())} of {len(frame)} rows have no "
-                             f"{', '.join(texts)} and are left out")
-            frame = frame[~missing]
     for name in (column(frame, role, required=False) for role in _POSITIVE_ROLES):
         if name is not None and frame[name].dtype.kind in "iuf":
             values = frame[name].to_numpy(dtype=np.float64)
@@ -277,8 +271,6 @@ def _numbers_only(res: RunAnalysis, frame, table: str):
             if not ok[~np.isnan(values)].all():
                 frame[name] = np.where(ok, values, np.nan)
     floats = [c for c in frame.columns if frame[c].dtype.kind == "f"]
-    if not floats:
-        return frame
     for name in floats:
         values = frame[name].to_numpy(dtype=np.float64)
         wild = np.isinf(values) | (np.abs(values) > _WILD)
@@ -291,6 +283,14 @@ def _numbers_only(res: RunAnalysis, frame, table: str):
             res.notes.append(f"probes/{table}.parquet: {int(missing.sum())} of {len(frame)} rows have no number in "
                              f"{', '.join(keys)} (NaN or infinite) and are left out")
             frame = frame[~missing]
+    # Last, after the wild numbers became NaN: a group key with no value (a NaN `access`, or 1e100
+    # in a damaged one) has no group; factorize codes it -1.
+    texts = [c for c in (column(frame, role, required=False) for role in _TEXT_KEY_ROLES) if c is not None]
+    missing = frame[texts].isna().any(axis=1).to_numpy() if texts else None
+    if missing is not None and missing.any():
+        res.notes.append(f"probes/{table}.parquet: {int(missing.sum())} of {len(frame)} rows have no "
+                         f"{', '.join(texts)} and are left out")
+        frame = frame[~missing]
     return frame
 
 
