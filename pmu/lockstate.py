@@ -136,16 +136,34 @@ def _started_after(pid: int, when: str) -> bool:
     return started > locked + 1.0
 
 
+def _runs_other_command(pid: int, command_line) -> bool:
+    """True when process `pid` demonstrably runs another command than the record's
+    `command_line` (`shlex.join(sys.argv)` of its writer): its /proc cmdline does not end with
+    the record's arguments. Only the arguments: sys.argv[0] is the script's path where /proc
+    may say `python -m sitsprof.cli.main`. False when either is unknown or there are none."""
+    if not isinstance(command_line, str):
+        return False
+    try:
+        args = shlex.split(command_line)[1:]
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace").split("\0")[:-1]
+    except (ValueError, OSError):
+        return False
+    return bool(args and cmdline) and cmdline[-len(args):] != args
+
+
 def holder_alive(record: dict) -> bool:
     """Is the process that wrote `record` (pid, boot id, start time) still running? A record
     without `pid_start` (older, or hand-made) is held only by a live pid that started before the
-    record's `locked_at`: a reused pid, an unrelated process started later, does not hold it."""
+    record's `locked_at` and runs the record's `command_line`: a reused pid, an unrelated
+    process started later or running something else, does not hold it."""
     if record.get("boot_id") and boot_id() and record["boot_id"] != boot_id():
         return False
     if not _pid_alive(record["pid"]):
         return False
     start = record.get("pid_start")
     if start is None:
+        if _runs_other_command(record["pid"], record.get("command_line")):
+            return False
         return not (isinstance(record.get("locked_at"), str) and _started_after(record["pid"], record["locked_at"]))
     now = process_start(record["pid"])
     return now is None or now == start

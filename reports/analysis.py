@@ -250,6 +250,9 @@ def _as_numbers(res: RunAnalysis, frame, where: str, required=()):
 
 #: Roles whose columns every row needs as a number (a group key or the measurement itself).
 _KEY_ROLES = ("footprint", "stride", "latency", "level", "fraction")
+#: Roles whose text columns are group keys every row needs (issue 22: a NaN `access` column ended
+#: in an IndexError, a NaN among valid ones was counted under another access).
+_TEXT_KEY_ROLES = ("access", "kernel")
 #: Roles whose numbers are positive by nature (issue 22: latency_cycles 0 or -5 ended in ValueError).
 _POSITIVE_ROLES = ("footprint", "stride", "latency")
 _WILD = 1e30  # beyond anything a probe measures (cycles, ns, bytes, GB/s); squares still fit a float
@@ -257,8 +260,9 @@ _WILD = 1e30  # beyond anything a probe measures (cycles, ns, bytes, GB/s); squa
 
 def _numbers_only(res: RunAnalysis, frame, table: str):
     """`frame` with +-inf and values beyond 1e30 as NaN, and the rows without a number in a key
-    column (`_KEY_ROLES`) left out and counted in the notes: a damaged or hand-edited table must
-    not end in an OverflowError or a NumPy warning."""
+    column (`_KEY_ROLES`) or a value in a text key (`_TEXT_KEY_ROLES`) left out and counted in
+    the notes: a damaged or hand-edited table must not end in an OverflowError, an IndexError or
+    a NumPy warning."""
     frame = frame.copy()
     for name in (column(frame, role, required=False) for role in _POSITIVE_ROLES):
         if name is not None and frame[name].dtype.kind in "iuf":
@@ -267,8 +271,6 @@ def _numbers_only(res: RunAnalysis, frame, table: str):
             if not ok[~np.isnan(values)].all():
                 frame[name] = np.where(ok, values, np.nan)
     floats = [c for c in frame.columns if frame[c].dtype.kind == "f"]
-    if not floats:
-        return frame
     for name in floats:
         values = frame[name].to_numpy(dtype=np.float64)
         wild = np.isinf(values) | (np.abs(values) > _WILD)
@@ -281,6 +283,14 @@ def _numbers_only(res: RunAnalysis, frame, table: str):
             res.notes.append(f"probes/{table}.parquet: {int(missing.sum())} of {len(frame)} rows have no number in "
                              f"{', '.join(keys)} (NaN or infinite) and are left out")
             frame = frame[~missing]
+    # Last, after the wild numbers became NaN: a group key with no value (a NaN `access`, or 1e100
+    # in a damaged one) has no group; factorize codes it -1.
+    texts = [c for c in (column(frame, role, required=False) for role in _TEXT_KEY_ROLES) if c is not None]
+    missing = frame[texts].isna().any(axis=1).to_numpy() if texts else None
+    if missing is not None and missing.any():
+        res.notes.append(f"probes/{table}.parquet: {int(missing.sum())} of {len(frame)} rows have no "
+                         f"{', '.join(texts)} and are left out")
+        frame = frame[~missing]
     return frame
 
 
@@ -616,7 +626,8 @@ def analyze_run(run_or_path) -> RunAnalysis:
         if frame is None or len(frame) == 0:
             # A `sitsprof record` run profiles the user's command: it has no probes by design.
             if part not in OPTIONAL_PARTS and meta.get("kind") != "record":
-                res.missing[part] = f"no probes/{table}.parquet in the run"
+                res.missing[part] = (f"no probes/{table}.parquet in the run" if frame is None else
+                                     f"probes/{table}.parquet has no usable row")
             continue
         try:
             PARTS[part](res, frame)

@@ -391,10 +391,29 @@ def test_record_without_pid_start_and_a_reused_pid_is_stale(fake_gpu):
         assert entry["state"] == lockstate.STALE
         done = clocks.reset_clocks()
         assert not path.exists() and done[0]["record"]["state"] == lockstate.STALE
-        # the same live pid, with a record written after it started, still holds it
-        path = _write(fake_gpu, pid=sleeper.pid, pid_start=None)
+        # the same live pid, with a record written after it started, running the record's
+        # command, still holds it
+        path = _write(fake_gpu, pid=sleeper.pid, pid_start=None, command_line="sleep 30")
         assert lockstate.read_entry(path)["state"] == lockstate.HELD
         path.unlink()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+@pytest.mark.parametrize("command_line,held", [
+    ("sleep 31", True), ("/usr/bin/sleep.py 31", True),  # argv[0] as the writer saw it: a script's path
+    ("sitsprof record --clocks lock -- x", False), ("sleep 30", False), ("sitsprof run", False)])
+def test_record_without_pid_start_or_locked_at_is_held_only_by_its_command(fake_gpu, cli, command_line, held):
+    """22.7: a record with neither pid_start nor locked_at (hand-made) whose pid is a live,
+    unrelated process blocked `clocks reset` and every locked run, and `--force` left it
+    behind; a process that runs another command than the record's is not its writer."""
+    sleeper = subprocess.Popen(["sleep", "31"])
+    try:
+        path = _write(fake_gpu, pid=sleeper.pid, pid_start=None, locked_at=None, command_line=command_line)
+        assert lockstate.read_entry(path)["state"] == (lockstate.HELD if held else lockstate.STALE)
+        code, out, err = cli("clocks", "reset")
+        assert (code, path.exists()) == ((2, True) if held else (0, False)), (out, err)
     finally:
         sleeper.kill()
         sleeper.wait()
