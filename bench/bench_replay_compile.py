@@ -60,7 +60,7 @@ def main() -> None:
         vals = [r[p] for r in runs]
         print(f"{p:>7} CPU s: " + " ".join(f"{v:.1f}" for v in vals) + f"  median {statistics.median(vals):.1f}")
     totals = [sum(r.values()) for r in runs]
-    print(f"  total CPU s: " + " ".join(f"{v:.1f}" for v in totals) + f"  median {statistics.median(totals):.1f}")
+    print("  total CPU s: " + " ".join(f"{v:.1f}" for v in totals) + f"  median {statistics.median(totals):.1f}")
 
 
 if __name__ == "__main__":
