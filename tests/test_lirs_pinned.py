@@ -24,7 +24,7 @@ def _walk(head, nxt):
 
 
 def _same_state(S, ref: PinnedLIRS, where: str):
-    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
+    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S.legacy
     assert _walk(sc[0], nxt) == ref.S, f"{where}: S"
     assert _walk(sc[2], main) == ref.Q, f"{where}: Q"
     assert _walk(sc[4], gpos) == ref.NH, f"{where}: NH"

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -118,8 +119,8 @@ def test_lirs_back_buffer_holds_the_pool_pins_kept(generated, rb):
     def stop_midway(run, meta):
         run.advance(float(np.median(run.arrival)))
         captured["ref"], captured["cached"] = run.pool[0].copy(), run.pool[1].copy()
-        A = lirs_to_sits(run.S, len(run.S[0]), meta["capacity"])
-        captured["A"] = tuple(a.copy() for a in A)
+        A = lirs_to_sits(run.S, len(run.S.legacy[0]), meta["capacity"])
+        captured["A"] = copy.deepcopy(A)
         run.pid, run.S = SITS, A  # and the replay goes on from it
         run.advance(np.inf)
         return run.result(meta, 0.0)
@@ -129,14 +130,14 @@ def test_lirs_back_buffer_holds_the_pool_pins_kept(generated, rb):
     assert (res.status == DONE).all()
     A = captured["A"]
     ref, cached = captured["ref"], captured["cached"]
-    resident = np.flatnonzero((A[3] == _T1) | (A[3] == _T2))
+    resident = np.flatnonzero((A.legacy[3] == _T1) | (A.legacy[3] == _T2))
     assert len(resident) > 0
     assert np.array_equal(np.sort(resident), np.flatnonzero(cached))
-    assert A[8][_N0 + _T1] + A[8][_N0 + _T2] == len(resident)
+    assert A.legacy[8][_N0 + _T1] + A.legacy[8][_N0 + _T2] == len(resident)
     pinned = np.flatnonzero(ref > 0)
-    assert len(pinned) > 0 and (A[2][pinned] & _PINNED).all()
-    assert not (A[2][np.setdiff1d(resident, pinned)] & _PINNED).any()
-    assert A[8][_BEHAV] == SCAN
+    assert len(pinned) > 0 and (A.legacy[2][pinned] & _PINNED).all()
+    assert not (A.legacy[2][np.setdiff1d(resident, pinned)] & _PINNED).any()
+    assert A.legacy[8][_BEHAV] == SCAN
 
 
 def _crafted(tmp_path, n=600):
@@ -283,7 +284,7 @@ def _check_lists(S, cached, where):
     its size sc[_N0 + q] is its linked members plus its parked (pinned, off-list) ones; cnt[x] is
     q for exactly those; ghosts are never parked; the resident blocks (T1, T2) are the pool's
     cached blocks."""
-    prev, nxt, flag, cnt, *_, sc, fp = S
+    prev, nxt, flag, cnt, *_, sc, fp = S.legacy
     linked = np.full(len(cnt), -2, dtype=np.int64)
     parked = (flag & _PARKED) != 0
     for q in range(4):
@@ -315,7 +316,7 @@ def _checked(inner, seen):
             end = adv(t)
             if run.pid in (ARC, SITS):
                 _check_lists(run.S, run.pool[1], f"after t={end:.3f}")
-                seen.append(int(run.S[8][_BEHAV]) if run.pid == SITS else -1)
+                seen.append(int(run.S.legacy[8][_BEHAV]) if run.pid == SITS else -1)
             return end
         run.advance = advance
         return inner(run, meta)
@@ -331,7 +332,7 @@ def test_a_ghost_since_its_miss_admitted_leaves_its_ghost_list(pid, behav):
     by a B1 count of 0 (`policy replay bundled:mooncake -p sits -c 2%`)."""
     S = new_evictor(pid, 8, 3)
     cached = np.zeros(8, dtype=np.uint8)
-    S[8][_BEHAV] = SCAN
+    S.legacy[8][_BEHAV] = SCAN
     for x in (0, 1):  # looked up, missed, cached, freed
         ev_miss(pid, S, x)
         ev_admit(pid, S, x)
@@ -343,17 +344,17 @@ def test_a_ghost_since_its_miss_admitted_leaves_its_ghost_list(pid, behav):
     # a request recomputes 0 privately (0 is cached: no lookup; a free slot of the 3);
     # block 2 misses, the pool is full: 0 is the victim, to B1
     ev_miss(pid, S, 2)
-    assert ev_victim(pid, S) == 0 and S[3][0] == _B1
+    assert ev_victim(pid, S) == 0 and S.legacy[3][0] == _B1
     cached[0] = 0
     ev_admit(pid, S, 2)
     ev_unpin(pid, S, 2)
     cached[2] = 1
     _check_lists(S, cached, "0 in B1")
-    S[8][_BEHAV] = behav
+    S.legacy[8][_BEHAV] = behav
     ev_admit(pid, S, 0)  # the private copy's block is full: cached, 0 is not cached any more
     cached[0] = 1
     _check_lists(S, cached, "0 admitted")
-    assert S[3][0] == _T2  # its admission is its ghost hit
+    assert S.legacy[3][0] == _T2  # its admission is its ghost hit
     ev_unpin(pid, S, 0)
     _check_lists(S, cached, "0 freed")
     for _ in range(2):  # and the lists serve on: the two oldest unpinned blocks leave
@@ -383,7 +384,7 @@ def _toggling(window_s, first, period):
         a0 = float(run.arrival[0])
         k = 0
         while not run.finished:
-            run.S[8][_BEHAV] = first if (k // period) % 2 == 0 else 1 - first
+            run.S.legacy[8][_BEHAV] = first if (k // period) % 2 == 0 else 1 - first
             run.advance(a0 + (np.floor((max(run.now, a0) - a0) / window_s) + 1) * window_s)
             k += 1
         return run.result(meta, 0.0)

@@ -98,7 +98,7 @@ def _lirs_to_sits(L, A, capacity):
 def lirs_to_sits(S_lirs, n_ids: int, capacity: int):
     """A SITS evictor state (SCAN) holding every block the serving LIRS state holds."""
     A = new_evictor(SITS, n_ids, capacity)
-    _lirs_to_sits(S_lirs, A, np.int64(capacity))
+    _lirs_to_sits(S_lirs.legacy, A.legacy, np.int64(capacity))
     return A
 
 
@@ -119,7 +119,7 @@ class ServingLirsFront:
         """Metadata entries the switch walks: the S stack plus Q (frozen while it is built)."""
         if self._entries is not None:
             return self._entries
-        sc = self.run.S[8]
+        sc = self.run.S.legacy[8]
         return int(sc[SN] + sc[NHIR])
 
     def back_buffer(self):
@@ -129,7 +129,7 @@ class ServingLirsFront:
         walk_s = self._entries * float(self.gate.entry_ns) * 1e-9
         if not self.run.finished:
             self.run.advance(self.run.now + walk_s)
-        return lirs_to_sits(self.run.S, len(self.run.S[0]), self.capacity)
+        return lirs_to_sits(self.run.S, len(self.run.S.legacy[0]), self.capacity)
 
     def swap(self, back):
         self.run.pid, self.run.S = SITS, back
@@ -182,7 +182,7 @@ def drive(run, meta, window_s: float = WINDOW_S, threshold: bool = False, calibr
     shadow = (shadow_counts(rb.ref_ids, n_ref_ids, capacity, k, np.ascontiguousarray(rb.ref_offsets, dtype=np.int64))
               if n else np.zeros((3, 0), dtype=np.int64))
     ctl = Controller(cfg, behaviour=BEHAVIOURS.index(cfg.initial))
-    sc = run.S[8]
+    sc = run.S.legacy[8]
     front = None
     if gate is not None:
         front = ServingLirsFront(run, capacity, gate)
@@ -238,10 +238,10 @@ def drive(run, meta, window_s: float = WINDOW_S, threshold: bool = False, calibr
         if gate is not None and not armed:
             armed = gate.observe(w, t_now, d, front, ctl.events)
             if armed:
-                run.S[8][_BEHAV] = ctl.behaviour
+                run.S.legacy[8][_BEHAV] = ctl.behaviour
         ctl.decide(w, t_now, h_bits, d, load, {RECENCY: int(sums[1]), SCAN: int(sums[2])}, int(sums[0]), armed)
         if armed:
-            run.S[8][_BEHAV] = ctl.behaviour
+            run.S.legacy[8][_BEHAV] = ctl.behaviour
     seconds = time.perf_counter() - start
     res = run.result(meta, seconds)
     total = sum(served.values())

@@ -75,8 +75,8 @@ from .radix import new_radix, r_allocate, r_register, r_release, r_touch
 #: Sources numba compiles into `replay` besides this file (it inlines and links them without
 #: tracking them): its cache files are keyed by all of them (common/numba_locator.py), so an
 #: edit to any one compiles it afresh, and another checkout's version keeps its own files.
-NUMBA_CACHE_DEPENDS = ("evictors.py", "lirs_form.py", "lfu_form.py", "pool.py", "radix.py", "latency.py",
-                       "../classic/twoq.py", "../classic/_structs.py")
+NUMBA_CACHE_DEPENDS = ("evictors/__init__.py", "evictors/_lists.py", "evictors/lru.py", "lirs_form.py", "lfu_form.py",
+                       "pool.py", "radix.py", "latency.py", "../classic/twoq.py", "../classic/_structs.py")
 
 VLLM, SGLANG = 0, 1
 # per-request status

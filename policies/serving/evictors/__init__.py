@@ -47,14 +47,22 @@ model changed (a digest of their sources beside the cache).
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 
 from sitsprof.common.jit import njit
 
-from ..classic._structs import NIL
-from ..classic.twoq import ghost_add, ghost_take, new_ghost, new_ring, ring_pop, ring_push
-from .lfu_form import lfu_admit, lfu_arrays, lfu_hit, lfu_unpark, lfu_victim
-from .lirs_form import lirs_admit, lirs_hit, lirs_miss, lirs_victim
+from ...classic._structs import NIL
+from ...classic.twoq import ghost_add, ghost_take, new_ghost, new_ring, ring_pop, ring_push
+from ..lfu_form import lfu_admit, lfu_arrays, lfu_hit, lfu_unpark, lfu_victim
+from ..lirs_form import lirs_admit, lirs_hit, lirs_miss, lirs_victim
+from . import lru as _lru
+
+#: The files numba compiles into this package's kernels besides this one (their cache key,
+#: common/numba_locator.py): an edit to any policy's module compiles the dispatcher afresh.
+NUMBA_CACHE_DEPENDS = ("_lists.py", "lru.py", "../lirs_form.py", "../lfu_form.py", "../../classic/_structs.py",
+                       "../../classic/twoq.py")
 
 LRU, FIFO, SIEVE, S3FIFO, ARC, LIRS = 0, 1, 2, 3, 4, 5
 LFU = 7  # (6 is SITS)
@@ -87,9 +95,20 @@ _BEHAV = 30  # SITS: RECENCY or SCAN
 _NSC = 32
 
 
-def new_state(pid: int, n_ids: int, capacity: int, small_ratio: float = 0.1, ghost_ratio: float = 0.9,
-              move_to_main_threshold: int = 2, hir_ratio: float = 0.01):
-    """The evictor state for `n_ids` block ids and a pool of `capacity` blocks."""
+#: The evictor state: one field per policy, each that policy's named state; only the policy
+#: served has its full size, the others are one-block placeholders. One type for every policy,
+#: so numba compiles `replay` once, not once per policy.
+Evictor = namedtuple("Evictor", "lru legacy")
+
+
+def new_state(pid: int, n_ids: int, capacity: int, **params) -> Evictor:
+    """The evictor state for `n_ids` block ids and a pool of `capacity` blocks (`Evictor`)."""
+    return Evictor(_lru.new(n_ids if pid == LRU else 1, capacity),
+                   _legacy_state(pid, n_ids if pid != LRU else 1, capacity, **params))
+
+
+def _legacy_state(pid: int, n_ids: int, capacity: int, small_ratio: float = 0.1, ghost_ratio: float = 0.9,
+                  move_to_main_threshold: int = 2, hir_ratio: float = 0.01):
     n = max(int(n_ids), 1)
     prev = np.full(n, NIL, dtype=np.int32)
     nxt = np.full(n, NIL, dtype=np.int32)
@@ -198,11 +217,13 @@ def _unpark(prev, nxt, flag, sc, q, x):
 @njit(cache=True, inline="always")
 def ev_hit(pid, S, x):
     """Returns a block the hit evicted (LIRS only: a Q-only hit can push out Q's bottom), else NIL."""
-    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
+    if pid == LRU:
+        return _lru.hit(S.lru, x)
+    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S.legacy
     if pid == LIRS:
-        return lirs_hit(S, x)
+        return lirs_hit(S.legacy, x)
     if pid == LFU:
-        lfu_hit(S, x)
+        lfu_hit(S.legacy, x)
         return np.int32(NIL)
     if pid == SIEVE:
         flag[x] |= _VISITED
@@ -221,10 +242,13 @@ def ev_hit(pid, S, x):
 
 @njit(cache=True, inline="always")
 def ev_miss(pid, S, x):
-    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
+    if pid == LRU:
+        _lru.miss(S.lru, x)
+        return
+    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S.legacy
     sc[_MISS_GHOST] = 0
     if pid == LIRS:
-        lirs_miss(S, x)
+        lirs_miss(S.legacy, x)
     elif pid == S3FIFO:
         if ghost_take(flag, x):
             sc[_GQ] -= 1
@@ -257,12 +281,15 @@ def _arc_ghost_hit(prev, nxt, flag, cnt, sc, fp, x):
 @njit(cache=True, inline="always")
 def ev_admit(pid, S, x):
     """`x` becomes cached, pinned (the pool's ref count is 1)."""
-    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
+    if pid == LRU:
+        _lru.admit(S.lru, x)
+        return
+    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S.legacy
     flag[x] |= _PINNED
     if pid == LIRS:
-        lirs_admit(S, x)
+        lirs_admit(S.legacy, x)
     elif pid == LFU:
-        lfu_admit(S, x)
+        lfu_admit(S.legacy, x)
     elif pid == FIFO or pid == SIEVE:  # noqa: SIM109
         _push_head(prev, nxt, sc, 0, x)
         flag[x] &= (0xFF ^ _VISITED)
@@ -297,19 +324,21 @@ def ev_admit(pid, S, x):
 
 @njit(cache=True, inline="always")
 def ev_pin(pid, S, x):
-    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
-    flag[x] |= _PINNED
     if pid == LRU:
-        _unlink(prev, nxt, sc, 0, x)
+        _lru.pin(S.lru, x)
+        return
+    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S.legacy
+    flag[x] |= _PINNED
 
 
 @njit(cache=True, inline="always")
 def ev_unpin(pid, S, x):
-    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
-    flag[x] &= (0xFF ^ _PINNED)
     if pid == LRU:
-        _push_head(prev, nxt, sc, 0, x)
-    elif pid == SITS and sc[_BEHAV] == RECENCY:
+        _lru.unpin(S.lru, x)
+        return
+    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S.legacy
+    flag[x] &= (0xFF ^ _PINNED)
+    if pid == SITS and sc[_BEHAV] == RECENCY:
         _sits_to_t2_head(prev, nxt, flag, cnt, sc, x)
     elif flag[x] & _PARKED:
         if pid == S3FIFO:  # back at its ring's oldest end
@@ -327,7 +356,7 @@ def ev_unpin(pid, S, x):
         elif pid == LIRS:  # back at Q's oldest end (Q's links are small/main, its ends sc[2], sc[3])
             _unpark(small, main, flag, sc, 1, x)
         elif pid == LFU:
-            lfu_unpark(S, x)
+            lfu_unpark(S.legacy, x)
         else:
             _unpark(prev, nxt, flag, sc, cnt[x] if pid == ARC or pid == SITS else 0, x)  # noqa: SIM109
 
@@ -368,15 +397,13 @@ def _arc_drop_tail(prev, nxt, flag, cnt, sc, q):
 
 @njit(cache=True)
 def ev_victim(pid, S):
-    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S
     if pid == LRU:
-        x = np.int32(sc[_T0])
-        _unlink(prev, nxt, sc, 0, x)
-        return x
+        return _lru.victim(S.lru)
+    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S.legacy
     if pid == LIRS:
-        return lirs_victim(S)
+        return lirs_victim(S.legacy)
     if pid == LFU:
-        return lfu_victim(S)
+        return lfu_victim(S.legacy)
     if pid == FIFO:
         x = _oldest_unpinned(prev, nxt, flag, sc, 0)
         _unlink(prev, nxt, sc, 0, x)
