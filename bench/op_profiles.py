@@ -69,7 +69,8 @@ import pandas as pd
 GRID = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192,
         12288, 16384]
 CONFIG_ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
-                  "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B"}
+                  "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
+                  "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B"}
 GRAPH_MAX_TOKENS = 512
 #: vLLM's custom all-reduce serves messages up to 8 MiB (CustomAllreduce max_size, vllm/distributed/
 #: device_communicators/custom_all_reduce.py); larger ones go to NCCL
@@ -81,8 +82,8 @@ def root():
     return files("aiconfigurator_core")
 
 
-def table(system, op, name):
-    return pd.read_parquet(str(root() / "systems" / "data" / system / op / "vllm" / "0.24.0" / name))
+def table(system, op, name, backend="vllm", version="0.24.0"):
+    return pd.read_parquet(str(root() / "systems" / "data" / system / op / backend / version / name))
 
 
 class Gemm:
@@ -197,22 +198,26 @@ def moe_keys(rows):
     return out
 
 
-def allreduce_curve(system, comms, tp, elements_per_token, layers, per_layer=2):
-    """`per_layer` all-reduces a layer of M x elements_per_token bf16 elements, ms over GRID."""
+def allreduce_curve(system, comms, tp, elements_per_token, layers, per_layer=2, backend="vllm"):
+    """`per_layer` all-reduces a layer of M x elements_per_token bf16 elements, ms over GRID: the
+    engine's custom all-reduce table (its CUDA-graph variant up to the engine's largest graphed
+    batch, eager above), NCCL half past CUSTOM_AR_MAX_BYTES; 0 at TP 1."""
     if tp <= 1 or elements_per_token <= 0:
         return [0.0] * len(GRID)
-    if system not in comms:
+    version, graph_max = (SGLANG_VERSION, sglang_graph_max_bs(tp)) if backend == "sglang" else ("0.24.0",
+                                                                                                GRAPH_MAX_TOKENS)
+    if (system, backend) not in comms:
         nccl = root() / "systems" / "data" / system / "comm" / "nccl"
         newest = max((d.name for d in nccl.iterdir()), key=lambda t: tuple(int(x) for x in t.split(".")))
-        comms[system] = (table(system, "comm", "custom_allreduce_perf.parquet"),
-                         pd.read_parquet(str(nccl / newest / "nccl_perf.parquet")))
-    c, nc = comms[system]
+        comms[(system, backend)] = (table(system, "comm", "custom_allreduce_perf.parquet", backend, version),
+                                    pd.read_parquet(str(nccl / newest / "nccl_perf.parquet")))
+    c, nc = comms[(system, backend)]
     ar = []
     for m in GRID:
         if m * elements_per_token * 2 > CUSTOM_AR_MAX_BYTES:
             v = nc[(nc.num_gpus == tp) & (nc.op_name == "all_reduce") & (nc.nccl_dtype == "half")]
         else:
-            v = c[(c.num_gpus == tp) & (c.backend == ("vllm_graph" if m <= GRAPH_MAX_TOKENS else "vllm_eager"))]
+            v = c[(c.num_gpus == tp) & (c.backend == f"{backend}_{'graph' if m <= graph_max else 'eager'}")]
         v = v.sort_values("message_size")
         ar.append(per_layer * layers * float(np.interp(m * elements_per_token, v.message_size.to_numpy(float),
                                                          v.latency.to_numpy())))
@@ -245,6 +250,87 @@ def read_config(model):
 
 def is_moe(cfg):
     return any(cfg.get(k) for k in ("num_experts", "n_routed_experts", "num_local_experts"))
+
+
+#: SGLang's per-op tables (the wheel's newest SGLang version with every table the step needs)
+SGLANG_VERSION = "0.5.14"
+#: SGLang's GEMM per weight format: DeepGEMM for block fp8 (its default on Hopper), sgl-kernel's
+#: fp8 scaled-mm for per-tensor fp8, torch linear for bf16
+SGLANG_GEMM = {"fp8_block": ("sglang_deepgemm_gemm_nt_f8f8bf16", "fp8_block"),
+               "fp8": ("sglang_sgl_kernel_fp8_scaled_mm", "fp8"), "bf16": ("sglang_torch_linear", "bfloat16")}
+SGLANG_MOE_KERNEL = "sglang_fused_moe_triton"
+
+
+def sglang_graph_max_bs(tp):
+    """SGLang's largest CUDA-graph decode batch on an 80-160 GB GPU (server_args
+    _handle_gpu_memory_settings: 256 below TP 4, else 512); prefill (extend) batches run eager."""
+    return 256 if tp < 4 else 512
+
+
+def sglang_profiles(rows, distribution=MOE_DISTRIBUTION):
+    """Profiles of the SGLang aggregated H100/H200 rows the step model can price (dense, or MoE with
+    the experts over the TP group), keyed ``sglang|system|model|tpN|precision``: the same terms as
+    vLLM's from SGLang's own tables (module docstring), FlashAttention-3 (``fa3``) prefill rates."""
+    def n(r, col):
+        return int(float(r[col] or 1))
+
+    keys = sorted({(r["system"], r["model_path"], n(r, "tp_size"), r["precision"], r["gemm_quant_mode"] or "bf16",
+                    n(r, "moe_tp_size"), n(r, "moe_ep_size")) for r in rows if n(r, "attention_dp_size") == 1})
+    gemms, comms, attn, moes, out = {}, {}, {}, {}, {}
+    for system, model, tp, prec, gq, moe_tp, moe_ep in keys:
+        try:
+            cfg = read_config(model)
+        except FileNotFoundError:
+            continue
+        if gq not in SGLANG_GEMM or "hidden_size" not in cfg or cfg.get("layer_types") or cfg.get("kv_lora_rank"):
+            continue  # another weight format, a nested (multimodal) config, hybrid attention, MLA: not priced
+        h, L, qh = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
+        kvh = cfg.get("num_key_value_heads", qh)
+        hd = cfg.get("head_dim") or h // qh
+        if (system, gq) not in gemms:
+            g = table(system, "gemm", "gemm_perf.parquet", "sglang", SGLANG_VERSION)
+            for q, (k, dt) in SGLANG_GEMM.items():
+                gemms[(system, q)] = Gemm(g[(g.kernel_source == k) & (g.gemm_dtype == dt)])
+        G, B = gemms[(system, gq)], gemms[(system, "bf16")]
+        q_n = (qh // tp + 2 * max(kvh // tp, 1)) * hd
+        attn_shapes = [(q_n, h), (h, qh // tp * hd)]
+        entry = {}
+        if is_moe(cfg):
+            if moe_ep != 1 or moe_tp != tp or gq != "fp8_block":
+                continue
+            if system not in moes:
+                m = table(system, "moe", "moe_perf.parquet", "sglang", SGLANG_VERSION)
+                moes[system] = m[m.kernel_source == SGLANG_MOE_KERNEL]
+            experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
+            inter = cfg.get("moe_intermediate_size") or cfg["intermediate_size"]
+            sel = moes[system]
+            sel = sel[(sel.moe_dtype == "fp8_block") & (sel.hidden_size == h) & (sel.inter_size == inter)
+                      & (sel.topk == cfg["num_experts_per_tok"]) & (sel.num_experts == experts)
+                      & (sel.moe_tp_size == moe_tp) & (sel.moe_ep_size == 1) & (sel.distribution == distribution)]
+            if not len(sel):
+                continue
+            sel = sel.sort_values("num_tokens")
+            moe_ms = [L * float(v) for v in np.interp(GRID, sel.num_tokens.to_numpy(float), sel.latency.to_numpy())]
+            gemm_ms = [L * (sum(G.at(m, n, k) for n, k in attn_shapes) + B.at(m, experts, h)) + e
+                       for m, e in zip(GRID, moe_ms)]
+            entry = {"moe_ms": moe_ms,
+                     "moe_active_experts": [active_experts(m, cfg["num_experts_per_tok"], experts, 1) for m in GRID],
+                     "moe": {"kernel": SGLANG_MOE_KERNEL, "distribution": distribution, "moe_tp": moe_tp,
+                             "moe_ep": 1, "experts_per_gpu": experts, "inter_per_gpu": inter / moe_tp}}
+        else:
+            ff = cfg["intermediate_size"]
+            shapes = attn_shapes + [(2 * ff // tp, h), (h, ff // tp)]
+            gemm_ms = [L * sum(G.at(m, n, k) for n, k in shapes) for m in GRID]
+        if system not in attn:
+            a = table(system, "attention", "context_attention_perf.parquet", "sglang", SGLANG_VERSION)
+            attn[system] = a[a.kernel_source == "fa3"]
+        rate, points = attention_rate(system, attn, qh // tp, max(kvh // tp, 1), hd)
+        out[f"sglang|{system}|{model}|tp{tp}|{prec or 'bf16'}"] = {
+            "gemm_ms": gemm_ms, "lm_head_ms": [B.at(m, cfg["vocab_size"] // tp, h) for m in GRID],
+            "allreduce_ms": allreduce_curve(system, comms, tp, h, L, backend="sglang"), "attn_tflops": rate,
+            "attn_points": points,
+            **entry, "gemm_kernel": SGLANG_GEMM[gq][0]}
+    return out
 
 
 def main(argv=None) -> int:
@@ -305,6 +391,9 @@ def main(argv=None) -> int:
             "moe": {"kernel": MOE_EP_KERNEL if moe_ep > 1 else MOE_TP_KERNEL, "distribution": distribution,
                     "moe_tp": moe_tp, "moe_ep": moe_ep, "experts_per_gpu": experts // moe_ep,
                     "inter_per_gpu": (cfg.get("moe_intermediate_size") or cfg["intermediate_size"]) / moe_tp}}
+    sglang = [r for r in csv.DictReader((root() / "systems" / "silicon_sample.csv").open(newline=""))
+              if r["backend"] == "sglang" and r["mode"] == "agg" and r["system"] in ("h100_sxm", "h200_sxm")]
+    out["profiles"].update(sglang_profiles(sglang, distribution))
     json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0

@@ -89,8 +89,12 @@ def validate_table(doc: dict):
               help="profiled: the measured per-op profiles (policies/data/op_profiles.json; rows without one are "
                    "listed as not replayed); roofline: latency.py's roofline for every row.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the step model's sampled re-fetch delays.")
+@click.option("--backend", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True,
+              help="Which engine's rows to replay: vllm (vLLM's mixed batches and admission), or sglang "
+                   "(SGLang's prefill-alone batches, chunk size and memory rule, its per-op tables: "
+                   "policies/serving/sglang_validate.py).")
 @click.option("--json", "as_json", is_flag=True, help="Print {'rows': [...], 'summary': {...}}.")
-def validate_cmd(silicon_path, calibration, aic_path, step_model, seed, as_json) -> None:
+def validate_cmd(silicon_path, calibration, aic_path, step_model, seed, backend, as_json) -> None:
     """Replay every vLLM aggregated H100/H200 run of NVIDIA's silicon table as it ran (a closed loop of
     its concurrency, its ISL/OSL, model, precision, TP and system) and compare TTFT and TPOT with the
     measured ones and with AIConfigurator's estimates; rows that cannot be replayed are listed with why."""
@@ -99,8 +103,8 @@ def validate_cmd(silicon_path, calibration, aic_path, step_model, seed, as_json)
 
     from .console import emit_json, stdout_console
 
-    doc = validate(selected(read_silicon(silicon_path)), calibration=calibration, aic_path=aic_path, seed=seed,
-                   step_model=step_model)
+    doc = validate(selected(read_silicon(silicon_path), backend=backend), calibration=calibration, aic_path=aic_path,
+                   seed=seed, step_model=step_model, backend=backend)
     if as_json:
         emit_json(doc)
         return

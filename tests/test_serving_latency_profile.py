@@ -70,5 +70,6 @@ def test_shipped_profiles_are_sane():
             y = np.array(prof[name])
             assert np.isfinite(y).all() and (y > 0).all(), (key, name)
         assert prof["gemm_ms"][-1] > 10 * prof["gemm_ms"][0], key  # 16384 rows compute, 1 row streams weights
-        assert (np.array(prof["allreduce_ms"]) == 0).all() == key.split("|")[2].startswith("tp1"), key
+        assert (np.array(prof["allreduce_ms"]) == 0).all() == key.removeprefix("sglang|").split("|")[2].startswith(
+            "tp1"), key
         StepCostModel.from_calibration(None, "phi-3-mini", 16, 0, profile=prof)  # packs

@@ -50,7 +50,8 @@ AIC_ESTIMATES = DATA / "aic_estimates.csv"
 OP_PROFILES = DATA / "op_profiles.json"
 #: model paths of the table whose config the wheel ships under another name (same architecture)
 CONFIG_ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
-                  "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B"}
+                  "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
+                  "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B"}
 BLOCK_TOKENS = 16
 MAX_NUM_BATCHED_TOKENS = 8192
 MAX_NUM_SEQS = 1024
@@ -128,9 +129,11 @@ def read_profiles(path=None) -> dict:
 
 def profile_key(row: SiliconRow) -> str:
     """The profile's key: an MoE row run with expert parallelism (moe_ep_size > 1) has its own
-    profile (whole experts per GPU, another kernel), keyed with ``|ep<N>``."""
+    profile (whole experts per GPU, another kernel), keyed with ``|ep<N>``; SGLang's rows read
+    SGLang's tables, keyed ``sglang|...``."""
     ep = row.int_field("moe_ep_size")
-    return f"{row.system}|{row.model}|tp{row.tp}|{row.precision or 'bf16'}" + (f"|ep{ep}" if ep > 1 else "")
+    return (("sglang|" if row.backend == "sglang" else "") + f"{row.system}|{row.model}|tp{row.tp}|"
+            f"{row.precision or 'bf16'}" + (f"|ep{ep}" if ep > 1 else ""))
 
 
 def _num(text: str) -> float | None:
@@ -153,10 +156,11 @@ def system_calibration(cal: dict, system: System) -> dict:
     return c
 
 
-def unmodellable(row: SiliconRow) -> str | None:
-    """Why `row` cannot be replayed, or None."""
-    if row.backend != "vllm":
-        return f"backend {row.backend}: only vLLM's scheduler is replayed here"
+def unmodellable(row: SiliconRow, backend: str = "vllm") -> str | None:
+    """Why `row` cannot be replayed as a run of `backend` (vllm, or sglang: sglang_validate.py), or None."""
+    if row.backend != backend:
+        return (f"backend {row.backend}: only vLLM's scheduler is replayed here" if backend == "vllm" else
+                f"backend {row.backend}: this validation replays {backend} rows (--backend)")
     if row.mode != "agg":
         return f"mode {row.mode}: disaggregated prefill/decode is not replayed"
     if row.system not in SYSTEMS:
@@ -196,7 +200,7 @@ def pool_blocks(spec, system: System) -> int:
 
 
 def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed: int = 0,
-               profiles: dict | None = None, overhead_s: float | None = None) -> dict:
+               profiles: dict | None = None, overhead_s: float | None = None, backend: str = "vllm") -> dict:
     """One validation row: the silicon row's fields, measured and predicted TTFT/TPOT, the
     step terms' shares, AIConfigurator's estimate; `reason` set (and no prediction) when
     unmodellable. `profiles` (read_profiles): the measured per-op step profiles, a row without
@@ -210,7 +214,7 @@ def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed
            "measured_tpot_ms": row.measured_tpot_ms}
     a = (aic or {}).get(row.id)
     out["aic_ttft_ms"], out["aic_tpot_ms"] = (a[0], a[1]) if a else (None, None)
-    why = unmodellable(row)
+    why = unmodellable(row, backend)
     spec = None
     if why is None:
         spec = row_model(row)
@@ -218,7 +222,12 @@ def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed
             why, spec = spec, None
     system = SYSTEMS.get(row.system)
     if why is None:
-        blocks = pool_blocks(spec, system)
+        if backend == "sglang":
+            from .sglang_validate import sglang_pool_blocks
+
+            blocks = sglang_pool_blocks(spec, system, row.tp)
+        else:
+            blocks = pool_blocks(spec, system)
         need = -(-(row.isl + row.osl - 1) // BLOCK_TOKENS)
         if blocks < need:
             why = (f"the weights ({spec.weight_bytes_per_gpu / 1e9:.0f} GB a GPU) leave no KV pool for one request on "
@@ -232,8 +241,13 @@ def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed
         out["reason"] = why
         return out
     trace, rb = synthetic(row.concurrency, row.isl, row.osl, ROUNDS * row.concurrency, BLOCK_TOKENS)
+    engine = {}
+    if backend == "sglang":
+        from .sglang_validate import sglang_engine
+
+        engine = sglang_engine(row.tp)
     res = run_replay(trace, "lru", blocks, reblocked=rb, block_tokens=BLOCK_TOKENS,
-                     max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS,
+                     **({"max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS, "max_num_seqs": MAX_NUM_SEQS} | engine),
                      calibration=system_calibration(calibration, system), model=spec, seed=seed,
                      step_profile=profile if overhead_s is None or profile is None
                      else {**profile, "overhead_ms": overhead_s * 1e3})
@@ -294,22 +308,23 @@ def medians(rows: list[dict]) -> dict:
 
 
 def validate(rows: list[SiliconRow], calibration=None, aic_path=None, seed: int = 0, progress=None,
-             step_model: str = "profiled", overhead_s: float | None = None) -> dict:
+             step_model: str = "profiled", overhead_s: float | None = None, backend: str = "vllm") -> dict:
     """The validation document: {"rows": [...], "summary": medians, "calibration": name};
     `step_model` "profiled" (the per-op profiles) or "roofline" (latency.py without them)."""
     from sitsprof.calibration import load_calibration
 
     cal = load_calibration(calibration) if not isinstance(calibration, dict) else calibration
     if not rows:
-        raise SiliconTableError("no rows to validate (the table has no vLLM aggregated H100/H200 row)")
+        raise SiliconTableError(f"no rows to validate (the table has no {backend} aggregated H100/H200 row)")
     aic = read_aic(aic_path)
     profiles = read_profiles() if step_model == "profiled" else None
     if overhead_s is None and profiles is not None:
         overhead_s = PROFILED_OVERHEAD_S
     out = []
     for i, r in enumerate(rows):
-        out.append(replay_row(r, cal, aic, seed, profiles, overhead_s))
+        out.append(replay_row(r, cal, aic, seed, profiles, overhead_s, backend))
         if progress is not None:
             progress(i + 1, len(rows))
-    return {"calibration": cal.get("name"), "step_model": step_model, "rows": out, "summary": medians(out)}
+    return {"calibration": cal.get("name"), "step_model": step_model, "backend": backend, "rows": out,
+            "summary": medians(out)}
 
