@@ -5,6 +5,10 @@ sitsprof dependency), e.g.
 
     python -m venv /tmp/aic && /tmp/aic/bin/pip install aiconfigurator-core==0.12.0
     /tmp/aic/bin/python bench/aic_estimates.py > policies/data/aic_estimates.csv
+    /tmp/aic/bin/python bench/aic_estimates.py sglang | tail -n +2 >> policies/data/aic_estimates.csv
+
+(the second line adds the SGLang rows, `policy validate --backend sglang`: the same point on the
+SGLang backend's perf database, the row's version when the wheel has it, else its newest, 0.5.14).
 
 For each row: the row's model path, system, TP, the quantization modes the row names
 (gemm_quant_mode, moe_quant_mode; empty -> the checkpoint's default), the vLLM backend's
@@ -25,10 +29,13 @@ CTX_TOKENS = 8192
 #: model paths of the table whose config.json the wheel ships under another name (same architecture;
 #: the precision comes from the row's quant modes); `policy validate` uses the same map
 CONFIG_ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
-                  "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B"}
+                  "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
+                  "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B"}
+#: the newest perf database version the wheel ships per backend (the fallback when a row's is absent)
+NEWEST = {"vllm": "0.24.0", "sglang": "0.5.14"}
 
 
-def main() -> int:
+def main(argv=None) -> int:
     import contextlib
     import io
     import logging
@@ -40,23 +47,25 @@ def main() -> int:
     from aiconfigurator_core.sdk.models import get_model
     from aiconfigurator_core.sdk.perf_database import get_database
 
+    argv = sys.argv[1:] if argv is None else argv
+    engine = argv[0] if argv else "vllm"
     table = files("aiconfigurator_core") / "systems" / "silicon_sample.csv"
     rows = [r for r in csv.DictReader(table.open(newline=""))
-            if r["backend"] == "vllm" and r["mode"] == "agg" and r["system"] in ("h100_sxm", "h200_sxm")]
+            if r["backend"] == engine and r["mode"] == "agg" and r["system"] in ("h100_sxm", "h200_sxm")]
     out = csv.writer(sys.stdout, lineterminator="\n")
     out.writerow(["id", "aic_ttft_ms", "aic_tpot_ms", "aic_note"])
     dbs = {}
     for r in rows:
         # a fresh backend a row: its run_agg cache is keyed by (isl, osl, batch, ctx_tokens), not by model or system
-        backend = get_backend("vllm")
+        backend = get_backend(engine)
         try:
             key = (r["system"], r["backend_version"])
             if key not in dbs:
                 db = None
                 if r["backend_version"]:
                     with contextlib.suppress(Exception):
-                        db = get_database(r["system"], "vllm", r["backend_version"])
-                dbs[key] = db or get_database(r["system"], "vllm", "0.24.0")
+                        db = get_database(r["system"], engine, r["backend_version"])
+                dbs[key] = db or get_database(r["system"], engine, NEWEST[engine])
             db = dbs[key]
             kw = {"tp_size": int(r["tp_size"] or 1), "pp_size": int(r["pp_size"] or 1)}
             if r["gemm_quant_mode"]:
@@ -71,7 +80,7 @@ def main() -> int:
                 kw["attention_dp_size"] = int(r["attention_dp_size"])
             with contextlib.redirect_stdout(io.StringIO()):
                 path = CONFIG_ALIASES.get(r["model_path"], r["model_path"])
-                model = get_model(path, ModelConfig(**kw), "vllm")
+                model = get_model(path, ModelConfig(**kw), engine)
                 rc = RuntimeConfig(batch_size=int(r["batch_size"]), isl=int(r["isl"]), osl=int(r["osl"]))
                 s = backend.run_agg(model, db, rc, ctx_tokens=CTX_TOKENS)
             d = s.get_result_dict()
