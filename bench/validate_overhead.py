@@ -1,7 +1,7 @@
 """The per-step overhead of the profiled step model, fitted on one system's silicon rows and
 reported on the other's (the issue's rule for any constant chosen by looking at measured rows).
 
-    .venv/bin/python bench/validate_overhead.py SILICON_CSV OUT.json [ms ...]
+    .venv/bin/python bench/validate_overhead.py SILICON_CSV OUT.json [ms ...] [--backend sglang]
 
 Replays the vLLM aggregated H100/H200 rows once per candidate overhead (default 0.5 1 2 3 ms),
 then for each half (h200_sxm, h100_sxm) picks the candidate with the least median |TPOT error|
@@ -24,12 +24,18 @@ def med(rows, key):
 
 
 def main(argv) -> int:
+    argv = list(argv)
+    backend = "vllm"
+    if "--backend" in argv:  # the SGLang rows (policy validate --backend sglang)
+        i = argv.index("--backend")
+        backend = argv[i + 1]
+        del argv[i:i + 2]
     silicon, out = argv[1], argv[2]
     grid = [float(x) for x in argv[3:]] or [0.5, 1.0, 2.0, 3.0]
-    rows = selected(read_silicon(silicon))
+    rows = selected(read_silicon(silicon), backend=backend)
     runs = {}
     for ms in grid:
-        doc = validate(rows, overhead_s=ms * 1e-3)
+        doc = validate(rows, overhead_s=ms * 1e-3, backend=backend)
         runs[ms] = [r for r in doc["rows"] if "predicted_tpot_ms" in r]
         print(f"overhead {ms} ms: median |TPOT| {med(runs[ms], 'tpot_error'):.3f}, "
               f"|TTFT| {med(runs[ms], 'ttft_error'):.3f}", file=sys.stderr)
