@@ -31,6 +31,11 @@ Each step (vLLM v1 `Scheduler.schedule`, FCFS):
    tokens advance; one that has computed all its known tokens samples one more output
    token (the first one is its TTFT); one with all `output_tokens` finishes and frees its
    blocks tail first.
+With RULE_PREFILL_FIRST (SGLang's batches, ReplayConfig.prefill_first; `policy validate --backend
+sglang`) steps 2-3 build a prefill batch first (running requests with prompt left to compute,
+then admissions) and the decoding requests sit it out; only when that batch has no prefill token
+is the step a decode batch of every decoding request, with no admission (SGLang's
+`get_next_batch_to_run`, `enable_mixed_chunk` off).
 When nothing runs and nothing waits, the clock jumps to the next arrival.
 An arrival of +inf is a closed-loop request (workload.py, `--concurrency`): the first one
 arrives when some earlier request finishes (or is rejected), at that moment, in index order.

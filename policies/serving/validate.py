@@ -28,9 +28,15 @@ What "as it ran" takes, and where each figure comes from:
   defaults for the OpenAI server on GPUs of 70 GiB or more (vllm/engine/arg_utils.py,
   ``_set_default_args``), chunked prefill on, no prefix reuse (the prompts are random).
 
+* **The step** (`--step-model profiled`, the default): the per-op profile of the row's system,
+  model, TP (and EP) from policies/data/op_profiles.json (bench/op_profiles.py: dense layers, and
+  MoE layers on the measured MoE kernels), the per-step overhead PROFILED_OVERHEAD_S.
+* **SGLang's rows** (`backend="sglang"`, `--backend sglang`): SGLang's batches, chunk size and
+  memory rule and its own per-op tables (sglang_validate.py).
+
 A row that cannot be replayed (another backend, disaggregated, a system without figures,
-attention data parallelism, a config the model reader refuses, weights larger than the
-memory) is listed with its reason.
+attention or MoE data parallelism, a config the model reader refuses, weights larger than the
+memory, no profile) is listed with its reason.
 """
 from __future__ import annotations
 
