@@ -30,7 +30,7 @@ MoE models (MiniMax-M2.5, Qwen3-235B-A22B-FP8: block-fp8 checkpoints, ``weight_b
   kernel) standing in for vLLM's block-scaled fp8 linear (W8A8BlockFp8LinearOp): the same
   1-byte weights and fp8 tensor-core rate, plus one scale per 128 x 128 weight block. The
   table's own block-fp8 rows cannot serve: ``DeepGemmFp8BlockScaledMMKernel`` is flat at
-  ~85 us from M = 32 to 1024 whatever the shape (a per-call host floor, not a kernel time),
+  ~85 us from M = 32 to 1024 whatever the shape (a per-call floor, not a GEMM's scaling),
   ``FlashInferFp8BlockScaledMMKernel`` stops at M = 17 (~60 us) and
   ``CutlassFp8BlockScaledMMKernel`` covers only N or K <= 64;
 * the router (``gate``, replicated on every GPU, not quantized: bf16 torch linear at N = experts,
