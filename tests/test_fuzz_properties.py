@@ -28,6 +28,7 @@ import struct
 from pathlib import Path
 
 import fault_injection
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
@@ -300,3 +301,31 @@ def test_rows_without_an_access_are_left_out_not_counted_under_another(tmp_path,
     assert len(got.loaded) and got.loaded[["access", "level", "count", "p50"]].equals(
         want.loaded[["access", "level", "count", "p50"]])
     assert any("have no access" in note for note in got.notes)
+
+
+@pytest.mark.parametrize("value", [1e19, -1e19, 2.0**63, float("inf")])
+def test_sampler_rows_with_a_time_past_int64_are_left_out(tmp_path, small_run, value):
+    """The run-directory fuzzer's one warning at 1,000 cases (seed 22_03): a `t_ns` of 1e19 was
+    cast to int64 as INT64_MIN ("invalid value encountered in cast") and plotted at a random
+    time. Now those rows are left out, with a note: the series equal those of the table
+    without them."""
+    import warnings
+
+    import pyarrow.parquet as pq
+
+    from sitsprof.reports.analysis import analyze_run
+
+    damaged = shutil.copytree(small_run, tmp_path / "damaged")
+    _apply(damaged, ("table", Path("samplers/nvml.parquet"), "t_ns", "some", value))
+    dropped = shutil.copytree(small_run, tmp_path / "dropped")
+    table = pq.read_table(dropped / "samplers/nvml.parquet")
+    pq.write_table(table.take([i for i in range(table.num_rows) if i % 3]), dropped / "samplers/nvml.parquet")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = analyze_run(damaged)
+    want = analyze_run(dropped)
+    assert set(got.samplers["nvml"]) == set(want.samplers["nvml"]) and got.samplers["nvml"]
+    for name, series in want.samplers["nvml"].items():
+        for a, b in zip(got.samplers["nvml"][name], series):
+            assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), name
+    assert any("time past 146 years" in note for note in got.notes)
