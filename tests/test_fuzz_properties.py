@@ -329,3 +329,13 @@ def test_sampler_rows_with_a_time_past_int64_are_left_out(tmp_path, small_run, v
         for a, b in zip(got.samplers["nvml"][name], series):
             assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), name
     assert any("time past 146 years" in note for note in got.notes)
+
+
+def test_an_oracle_size_past_int32_is_refused_without_understating_it(tmp_path):
+    """Issue 22 item 4's oracle sizes near 2^32: refused in one line, and since the reader clips
+    sizes to int32 the line says "2,147,483,647 or more", not a size the record does not hold."""
+    path = tmp_path / "big.oracleGeneral"
+    path.write_bytes(b"".join(struct.pack("<IQIq", i, i, 2**32 - 1, -1) for i in range(5)))
+    code, out, err = fault_injection.run_cli("policy", "replay", str(path), "-c", "50")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "carries 2,147,483,647 or more tokens in one 512-token block" in err
