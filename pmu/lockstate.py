@@ -400,7 +400,8 @@ def refuse_if_held(entry: dict | None, index: int, persistent_ok: bool = False, 
     if entry["pid"] == os.getpid() and entry.get("pid_start") in (None, process_start(os.getpid())):
         return  # this very process
     raise PmuError(f"GPU {index}'s clocks are held by another sitsprof run ({describe_holder(entry)}); "
-                   "wait for it to finish, or use --clocks none to record without locking")
+                   + ("wait for it to finish" if relock else  # `clocks lock` has no --clocks
+                      "wait for it to finish, or use --clocks none to record without locking"))
 
 
 def take(path: Path, record: dict, index: int, persistent_ok: bool = False, relock: bool = False) -> None:

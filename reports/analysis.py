@@ -521,6 +521,23 @@ def sampler_times_ns(frame, meta: dict) -> np.ndarray | None:
     return None
 
 
+def _plausible_times(res: RunAnalysis, frame, where: str):
+    """`frame` without the rows whose time is past +-2^62 ns (146 years) or not finite: cast to
+    int64 such a time became INT64_MIN (NumPy warns "invalid value encountered in cast") and
+    differences of times wrapped, so a damaged `t_ns` of 1e19 put its rows at a random place."""
+    bad = np.zeros(len(frame), dtype=bool)
+    for name in _TIME_COLUMNS:
+        if name in frame.columns and frame[name].dtype.kind in "fiu":
+            limit = 2**62 if name.endswith("_ns") else 2**62 / 1e9
+            values = frame[name].to_numpy(dtype=np.float64)
+            bad |= ~(np.abs(values) < limit)  # NaN too
+    if bad.any():
+        res.notes.append(f"{where}: {int(bad.sum())} of {len(frame)} rows have a time past 146 years or none; "
+                         "they are left out")
+        frame = frame[~bad]
+    return frame
+
+
 def _samplers(res: RunAnalysis, run) -> None:
     frames = {}
     from sitsprof.collectors.errors import DamagedTableError
@@ -532,6 +549,7 @@ def _samplers(res: RunAnalysis, run) -> None:
             res.notes.append(f"sampler {name}: not plotted: {exc}")
             continue
         frame = _as_numbers(res, frame, f"samplers/{name}.parquet", required=_TIME_COLUMNS)
+        frame = _plausible_times(res, frame, f"samplers/{name}.parquet")
         t = sampler_times_ns(frame, res.meta) if len(frame) else None
         if t is None:
             res.notes.append(f"sampler {name}: no usable time column, not plotted")

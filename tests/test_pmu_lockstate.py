@@ -381,6 +381,21 @@ def test_two_clocks_locks_second_refused(fake_gpu):
     assert _locked(state) == [entry["resolved"]["sm"]] * 2  # the record says what is in effect
 
 
+def test_clocks_lock_while_a_run_holds_the_lock_is_refused_with_its_own_fix(fake_gpu, cli):
+    """22.5: `clocks lock` while a locked run holds the GPU is refused like that run's
+    lock, with a fix `clocks lock` has: it has no --clocks none, which the line offered."""
+    holder = subprocess.Popen(["sleep", "30"])
+    try:
+        _write(fake_gpu, pid=holder.pid, pid_start=lockstate.process_start(holder.pid), command_line="sleep 30")
+        code, out, err = cli("clocks", "lock", "--sm", "1500")
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "held by another sitsprof run" in err and "wait for it to finish" in err
+        assert "--clocks none" not in err
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_record_without_pid_start_and_a_reused_pid_is_stale(fake_gpu):
     """22.5: a record without pid_start whose pid now belongs to an unrelated process (started
     after the record was written) does not hold the lock: stale, and `clocks reset` removes it."""

@@ -179,7 +179,8 @@ def _check_sizes(tokens, req_offsets, out, coarse: int, block_tokens: int) -> No
         i = int(np.argmax(tokens > coarse))
         request = int(np.searchsorted(req_offsets, i, side="right")) - 1
         raise ReblockError(
-            f"request {request} (reference {i}) carries {int(tokens[i]):,} tokens in one {coarse}-token block: "
+            f"request {request} (reference {i}) carries {int(tokens[i]):,}"
+            f"{' or more' if int(tokens[i]) >= 2**31 - 1 else ''} tokens in one {coarse}-token block: "  # int32-clipped
             f"a block holds at most {coarse} (an oracleGeneral obj_size is the reference's tokens); "
             "fix or drop those records")
     if not len(out):

@@ -93,13 +93,15 @@ def _validator():
 
 
 def _problem_text(code: int, i: int, obj_id, time, nxt, base: int, n: int) -> str:
-    v = int(nxt[i])
+    """The problem `code` at record `i` in words; `time`, `nxt` and `obj_id` are read only where
+    the code needs them (iter_oracle_chunks passes None for a size-0 record)."""
     if code == _SIZE0:
         return "obj_size is 0 (every request carries at least one byte or token; libCacheSim skips size-0 requests)"
     if code == _TIME_BACK:
         earlier = time[:i][time[:i] > time[i]]
         return (f"timestamp {time[i]:.0f} is earlier than a record before it ({earlier.max():.0f}); "
                 "oracleGeneral records are in time order")
+    v = int(nxt[i])
     if code == _NEXT_NOT_LATER:
         return (f"next_access_vtime {v} does not point after this record; it must be -1 (no next access) "
                 "or a later record")
