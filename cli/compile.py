@@ -28,11 +28,14 @@ def compile_cmd(policy_text: str, jobs: int | None, as_json: bool, aot: bool = F
     def note(text: str) -> None:
         click.echo(f"sitsprof: {FIRST_RUN_NOTE}: {text}", err=True)
 
-    done = precompile(policy_text, jobs=jobs, note=note)
-    if aot:
+    built = None
+    if aot:  # first: only the streamed path's kernels have run in this process, and only they are built
         from .aotbuild import build_aot
 
-        done["aot"] = build_aot(policy_text, note)
+        built = build_aot(policy_text, note)
+    done = precompile(policy_text, jobs=jobs, note=note)
+    if built is not None:
+        done["aot"] = built
     if as_json:
         click.echo(jsonout.dumps(done, indent=2))
         return
