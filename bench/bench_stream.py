@@ -118,7 +118,8 @@ with contextlib.redirect_stdout(out):
     code = main(sys.argv[1:])
 doc = json.loads(out.getvalue())
 r = doc["results"][0]
-print(json.dumps({"hit_ratio": r["block_hit_ratio"], "kernel_s": r["seconds"], "read_s": doc["trace"].get("read_seconds", 0.0),
+print(json.dumps({"hit_ratio": r["block_hit_ratio"], "kernel_s": r["seconds"],
+                  "read_s": doc["trace"].get("read_seconds", 0.0),
                   "cpu_s": time.process_time(), "exit": code, "numba": "numba" in sys.modules,
                   "distinct": doc["trace"]["distinct_blocks"], "inner_s": time.perf_counter() - t0,
                   "vmhwm_kb": int([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")][0])}))
