@@ -150,6 +150,9 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
         stream = stream_on_its_own(trace_path, fmt, policies, params, skip_bad_lines=skip_bad_lines,
                                    events=events_path is not None, jobs=jobs, cluster=cluster)
     if stream:
+        from sitsprof.common.jit import allow_aot
+
+        allow_aot()  # kernels built ahead of time (`sitsprof compile --aot`) spare numba's start-up
         _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, params, skip_bad_lines, as_json, as_csv,
                          cost={"calibration": calibration, "model": model_name, "miss": miss_mode})
         return

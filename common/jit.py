@@ -39,7 +39,7 @@ MODES = ("auto", "numba", "python")
 
 _lock = threading.RLock()
 _kernels: list[LazyKernel] = []
-_state = {"mode": None, "compiled": False, "typeof": False}
+_state = {"mode": None, "compiled": False, "typeof": False, "aot": False}
 
 
 class JitModeError(SitsprofError):
@@ -82,13 +82,25 @@ def decide(small: bool) -> str:
 @contextmanager
 def scope():
     """A command's decisions end with it: the mode before the block comes back after it
-    (compiled, if a kernel was compiled meanwhile: that is one way)."""
-    saved = _state["mode"]
+    (compiled, if a kernel was compiled meanwhile: that is one way), and so does `allow_aot`."""
+    saved, aot = _state["mode"], _state["aot"]
     try:
         yield
     finally:
         with _lock:
             _state["mode"] = "numba" if _state["compiled"] else saved
+            _state["aot"] = aot
+
+
+def allow_aot(on: bool = True) -> bool:
+    """Compiled calls may run the ahead-of-time module's functions (`common.aot`) while their
+    kernel has no dispatcher yet, so a command whose kernels are all there never imports numba.
+    Off by default: asked for by the command that gains (the streamed `policy simulate`).
+    Returns whether it is on (``SITSPROF_AOT=0`` keeps it off)."""
+    from . import aot
+
+    _state["aot"] = bool(on) and aot.enabled()
+    return _state["aot"]
 
 
 def mode() -> str:
@@ -135,6 +147,12 @@ class LazyKernel:
         if self._make is not None:
             return self.py_func(*args, **kwargs)  # an intrinsic exists only inside compiled code
         if _state["mode"] == "numba" or not interpreted():
+            if _state["aot"] and self._dispatcher is None and not kwargs:
+                from .aot import find
+
+                fn = find(self, args)
+                if fn is not None:
+                    return fn(*args)
             d = self.dispatcher
             if d.overloads:
                 return d(*args, **kwargs)

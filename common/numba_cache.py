@@ -32,13 +32,19 @@ LOCATORS = ("sitsprof.common.numba_locator.PackageCacheLocator,UserProvidedCache
             "UserWideCacheLocator,IPythonCacheLocator,ZipCacheLocator")
 
 
-def default_cache_dir() -> Path:
-    """``$SITSPROF_NUMBA_CACHE_DIR``, else ``$XDG_CACHE_HOME/sitsprof/numba/py3.X`` (``~/.cache`` without it)."""
-    override = os.environ.get(OVERRIDE_ENV)
+def user_cache_dir(kind: str, override_env: str) -> Path:
+    """``$<override_env>``, else ``$XDG_CACHE_HOME/sitsprof/<kind>/py3.X`` (``~/.cache`` without it):
+    per user and per Python version (compiled code is for one interpreter)."""
+    override = os.environ.get(override_env)
     if override:
         return Path(override).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "sitsprof" / "numba" / f"py{sys.version_info[0]}.{sys.version_info[1]}"
+    return Path(base) / "sitsprof" / kind / f"py{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def default_cache_dir() -> Path:
+    """``$SITSPROF_NUMBA_CACHE_DIR``, else ``$XDG_CACHE_HOME/sitsprof/numba/py3.X`` (``~/.cache`` without it)."""
+    return user_cache_dir("numba", OVERRIDE_ENV)
 
 
 def configure() -> str:

@@ -15,6 +15,10 @@ import fake_nvml
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# A user's ahead-of-time kernel module (`sitsprof compile --aot`, common/aot.py) is not the
+# suite's to use: every test, and every child it starts, runs numba's JIT unless it asks
+# (tests/test_aot.py builds its own and clears this).
+os.environ["SITSPROF_AOT"] = "0"
 #: The Mooncake conversation trace shipped in the package (xz; `bundled:mooncake`; NOTICE has its source).
 MOONCAKE = ROOT / "policies" / "data" / "mooncake_conversation.jsonl.xz"
 
