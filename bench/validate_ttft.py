@@ -24,9 +24,9 @@ from sitsprof.policies.serving.silicon import read_silicon
 from sitsprof.policies.serving.validate import BenchRun, selected, validate
 
 #: (budget rule, mean frontend delay ms, rounds, warm-up rounds)
-CANDIDATES = (("vllm", 0.0, 4, 1), ("vllm", 0.0, 22, 2), ("vllm", 2.0, 4, 1),
+CANDIDATES = (("vllm", 0.0, 4, 1), ("vllm", 2.0, 4, 1),
               ("aic", 0.0, 4, 1), ("aic", 1.0, 4, 1), ("aic", 2.0, 4, 1), ("aic", 4.0, 4, 1), ("aic", 8.0, 4, 1),
-              ("aic", 0.0, 22, 2), ("aic", 2.0, 22, 2))
+              ("aic", 2.0, 22, 2))
 HALVES = ("h200_sxm", "h100_sxm")
 
 
