@@ -108,3 +108,21 @@ def test_damaged_silicon_is_one_line(tmp_path, capsys, content, says):
     assert main(["policy", "validate", "--silicon", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
+
+
+def test_bench_run_step_budget_rules(doc):
+    """The step token budget: AIConfigurator's generator rule (batch + ISL + 1500) or vLLM's
+    default 8192; each replayed row says the budget it ran with, the shipped rule's."""
+    from sitsprof.policies.errors import SiliconTableError
+
+    rows = {r.id: r for r in read_silicon(EXCERPT)}
+    for r in doc["rows"]:
+        if "reason" in r:
+            continue
+        row = rows[r["id"]]
+        assert v.BenchRun(batched_tokens="aic").max_num_batched_tokens(row) == row.concurrency + row.isl + 1500
+        assert v.BenchRun(batched_tokens="vllm").max_num_batched_tokens(row) == 8192
+        assert r["max_num_batched_tokens"] == v.BENCH_RUN.max_num_batched_tokens(row)
+    assert doc["bench"]["batched_tokens"] == v.BENCH_RUN.batched_tokens
+    with pytest.raises(SiliconTableError, match="choose aic or vllm"):
+        v.BenchRun(batched_tokens="sglang").max_num_batched_tokens(next(iter(rows.values())))

@@ -58,6 +58,39 @@ def test_one_client_is_the_step_model_step_by_step():
     np.testing.assert_allclose(res.arrival[1:], res.t_done[:-1], rtol=0)
 
 
+def test_frontend_delay_is_in_ttft_and_the_engine_waits_for_it():
+    """One client and a frontend delay: each request reaches the idle engine its own drawn delay
+    after its send (the previous finish), so its TTFT is that delay plus the one prefill step the
+    step model prices; the sends are still the finishes."""
+    isl, osl = 1000, 5
+    trace, rb = workload.synthetic(1, isl, osl, 4, frontend_delay_s=3e-3, seed=7)
+    d = rb.frontend_delay
+    assert d.shape == (4,) and (d > 0).all() and len(set(d.tolist())) == 4
+    again = workload.synthetic(1, isl, osl, 4, frontend_delay_s=3e-3, seed=7)[1].frontend_delay
+    np.testing.assert_array_equal(d, again)
+    res = run_replay(trace, "lru", 100_000, reblocked=rb, model="phi-3-mini")
+    m = StepCostModel.from_calibration(None, "phi-3-mini", 16, 0)
+    prefill = m.step(prefill_tokens=isl, attn_token_pairs=isl * isl / 2, context_tokens=isl, kv_write_tokens=isl,
+                     n_running=1, table_blocks=-(-(isl + osl - 1) // 16))
+    np.testing.assert_allclose(res.t_first - res.arrival, d + prefill, rtol=1e-12)
+    np.testing.assert_allclose(res.arrival[1:], res.t_done[:-1], rtol=0)
+    assert workload.synthetic(1, isl, osl, 4)[1].frontend_delay is None  # no delay: the old arrays
+
+
+def test_without_a_frontend_delay_clients_stay_in_lock_step():
+    """Four clients whose prompts fit one step: with no delay they prefill together, finish
+    together and restart together every round (one first-token time a round); any delay makes
+    the first arrival start alone on the idle engine and the rest wait for its step."""
+    def rounds(delay):
+        trace, rb = workload.synthetic(4, 200, 10, 16, frontend_delay_s=delay)
+        res = run_replay(trace, "lru", 100_000, reblocked=rb, model="phi-3-mini")
+        assert (res.status == DONE).all()
+        return [len(set(np.round(res.t_first[k * 4:(k + 1) * 4], 12).tolist())) for k in range(4)]
+
+    assert rounds(0.0) == [1, 1, 1, 1]
+    assert max(rounds(1e-3)[1:]) > 1
+
+
 def test_a_trace_in_closed_loop_keeps_its_prompts():
     from sitsprof.policies.serving.reblock import reblock
     from sitsprof.policies.traces.generator import generate_workload

@@ -54,6 +54,8 @@ class Reblocked:
     ref_ids, ref_offsets      the trace's references re-blocked one for one (every fine block
                               of every prompt, the partial last one included, with the id the
                               whole-trace kernels would see): the no-concurrency check uses it
+    frontend_delay float64[n] or None: seconds from a closed-loop request's send to its place in
+                              the engine's waiting queue (workload.py); None: none
     """
 
     offsets: np.ndarray
@@ -67,6 +69,7 @@ class Reblocked:
     block_tokens: int
     ref_ids: np.ndarray
     ref_offsets: np.ndarray
+    frontend_delay: np.ndarray | None = None
 
     @property
     def n_requests(self) -> int:

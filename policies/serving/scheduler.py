@@ -115,8 +115,8 @@ def _ceil_div(a, b):
 # the whole process's CPU time on the bundled Mooncake trace (perf; issue 24). Without the
 # runtime numba emits none; the results are the same, bit for bit (bench/bench_replay_warm.py).
 @njit(cache=True, _nrt=False)
-def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arrival, bt, max_batched, max_seqs, mode,
-           ref_ids, ref_off, ref_hit, lat_params, rng_state, terms,
+def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arrival, delay, bt, max_batched, max_seqs,
+           mode, ref_ids, ref_off, ref_hit, lat_params, rng_state, terms,
            t_sched, t_first, t_done, hit_blocks, n_preempt, status, stats, rq, wq, run, sched, clock, si, t_stop,
            rules):
     """Run steps from the state in (rq, wq, run, clock, si; `new_run_state`) until the trace is
@@ -148,7 +148,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
         if now >= t_stop:
             break
         # 1. arrivals
-        while nxt < n and arrival[nxt] <= now:
+        while nxt < n and arrival[nxt] + delay[nxt] <= now:
             if serial and (n_run > 0 or wn > 0):
                 break
             need = offsets[nxt + 1] - offsets[nxt]
@@ -169,7 +169,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
         if n_run == 0 and wn == 0:
             if nxt >= n:
                 break
-            now = arrival[nxt]
+            now = arrival[nxt] + delay[nxt]
             continue
         # RULE_PREFILL_FIRST (SGLang, enable_mixed_chunk off): a step with prefill work (a chunked
         # prompt to continue, a waiting request to admit) runs that work alone and the decodes wait;
@@ -328,7 +328,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
         if n_sched == 0:
             # nothing could be scheduled (cannot happen with a non-empty pool); avoid a spin
             if nxt < n:
-                now = max(now, arrival[nxt])
+                now = max(now, arrival[nxt] + delay[nxt])
                 continue
             break
         if n_run > stats[ST_PEAK_RUNNING]:
@@ -614,6 +614,10 @@ class ReplayRun:
         self.arrival, self.max_batched, self.max_seqs, self.mode = arrival, max_batched, max_seqs, mode
         self.ref_hit, self.lat_params, self.rng_state, self.terms = ref_hit, lat_params, rng_state, terms
         self.rules = int(rules)
+        # seconds from a request's send to its place in the engine's waiting queue (workload.py's
+        # frontend delay; zeros: it is there at its arrival); TTFT still counts from the send
+        fd = getattr(rb, "frontend_delay", None)
+        self.delay = np.zeros(n) if fd is None else np.ascontiguousarray(fd, dtype=np.float64)
         self.t_sched = np.full(n, -1.0)
         self.t_first = np.full(n, -1.0)
         self.t_done = np.full(n, -1.0)
@@ -659,7 +663,7 @@ class ReplayRun:
         """One compiled call of `replay` up to simulated time t_stop."""
         rb = self.rb
         return replay(self.pid, self.S, self.pool, self.engine_id, self.R, rb.offsets, rb.ids, rb.n_full,
-                     rb.prompt_tokens, rb.output_tokens, self.arrival, rb.block_tokens, self.max_batched,
+                     rb.prompt_tokens, rb.output_tokens, self.arrival, self.delay, rb.block_tokens, self.max_batched,
                      self.max_seqs, self.mode, rb.ref_ids, rb.ref_offsets, self.ref_hit, self.lat_params,
                      self.rng_state, self.terms, self.t_sched, self.t_first, self.t_done, self.hit_blocks,
                      self.n_preempt, self.status, self.stats, self.rq, self.wq, self.run, self.sched, self.clock,

@@ -24,9 +24,19 @@ What "as it ran" takes, and where each figure comes from:
 * **The KV pool**: vLLM's ``gpu_memory_utilization`` 0.9 of the GPU's memory, less the
   weights held per GPU and an activation/graph reserve (`ACTIVATION_RESERVE_BYTES`, an
   assumption), over the KV bytes a token holds per GPU, in 16-token blocks.
-* **The scheduler**: ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024, vLLM V1's
-  defaults for the OpenAI server on GPUs of 70 GiB or more (vllm/engine/arg_utils.py,
-  ``_set_default_args``), chunked prefill on, no prefix reuse (the prompts are random).
+* **The scheduler**: ``max_num_seqs`` 1024, vLLM V1's default for the OpenAI server on GPUs
+  of 70 GiB or more (vllm/engine/arg_utils.py, ``_set_default_args``), chunked prefill on, no
+  prefix reuse (the prompts are random). ``max_num_batched_tokens`` (`BenchRun.batched_tokens`):
+  ``"aic"``, the rule AIConfigurator's generator writes into the vLLM deployments it makes for
+  an aggregated run, batch size + ISL + 1500 (ai-dynamo/aiconfigurator,
+  src/aiconfigurator/generator/rule_plugin/benchmark/vllm.rule, ``agg max_num_tokens``), so a
+  whole prompt and every running decode fit one step; or ``"vllm"``, vLLM's default 8192 (same
+  arg_utils.py). The table does not say which; the choice was made on one half of the rows and
+  reported on the other (bench/validate_ttft.py, docs/VALIDATION.md).
+* **The benchmark client** (`BenchRun`): the closed loop runs `rounds` requests per client and
+  TTFT is the mean over the requests after the first `warmup_rounds` per client; each request
+  reaches the engine a seeded exponential frontend delay after its send (workload.py), counted
+  in its TTFT as the client's clock counts it.
 
 * **The step** (`--step-model profiled`, the default): the per-op profile of the row's system,
   model, TP (and EP) from policies/data/op_profiles.json (bench/op_profiles.py: dense layers, and
@@ -42,7 +52,7 @@ from __future__ import annotations
 
 import copy
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +85,39 @@ ROUNDS = 4
 #: (bench/validate_overhead.py: the least median |TPOT| error among 0.5, 1, 2, 3 ms) and reported on
 #: the H100 rows; the H100 rows pick 3 ms. docs/VALIDATION.md shows both.
 PROFILED_OVERHEAD_S = 2e-3
+#: vLLM's default token budget a step (arg_utils.py, GPUs of 70 GiB or more), the "vllm" rule
+VLLM_DEFAULT_BATCHED_TOKENS = MAX_NUM_BATCHED_TOKENS
+#: AIConfigurator's generator, aggregated vLLM: max_num_tokens = max_batch_size + ISL + 1500 (vllm.rule)
+AIC_BATCHED_TOKENS_MARGIN = 1500
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """How the benchmark that measured a row ran, as far as the replay models it (module
+    docstring): requests per client, the leading rounds its TTFT leaves out, the mean frontend
+    delay (seconds) and the step token budget rule ("aic" or "vllm"). The shipped defaults
+    (`BENCH_RUN`) were chosen on one half of the rows and reported on the other."""
+
+    rounds: int = ROUNDS
+    warmup_rounds: int = 1
+    frontend_delay_s: float = 0.0
+    batched_tokens: str = "vllm"
+
+    def max_num_batched_tokens(self, row: SiliconRow) -> int:
+        if self.batched_tokens == "aic":
+            return int(row.concurrency + row.isl + AIC_BATCHED_TOKENS_MARGIN)
+        if self.batched_tokens == "vllm":
+            return VLLM_DEFAULT_BATCHED_TOKENS
+        raise SiliconTableError(f"batched-token rule {self.batched_tokens!r}: choose aic or vllm")
+
+    def with_(self, **kw) -> BenchRun:
+        return replace(self, **kw)
+
+
+#: the shipped benchmark model: the H200 half's pick (bench/validate_ttft.py: the least median
+#: |TTFT| error on the 197 H200 rows among its candidates; reported on the 153 H100 rows, whose own
+#: pick differs only in a 4 ms delay; docs/VALIDATION.md shows both)
+BENCH_RUN = BenchRun(rounds=ROUNDS, warmup_rounds=1, frontend_delay_s=1e-3, batched_tokens="aic")
 
 
 @dataclass(frozen=True)
@@ -206,11 +249,13 @@ def pool_blocks(spec, system: System) -> int:
 
 
 def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed: int = 0,
-               profiles: dict | None = None, overhead_s: float | None = None, backend: str = "vllm") -> dict:
+               profiles: dict | None = None, overhead_s: float | None = None, backend: str = "vllm",
+               bench: BenchRun | None = None) -> dict:
     """One validation row: the silicon row's fields, measured and predicted TTFT/TPOT, the
     step terms' shares, AIConfigurator's estimate; `reason` set (and no prediction) when
     unmodellable. `profiles` (read_profiles): the measured per-op step profiles, a row without
-    one unmodellable; None: the roofline step model for every row."""
+    one unmodellable; None: the roofline step model for every row. `bench`: how the benchmark
+    ran (BenchRun; None: BENCH_RUN)."""
     from .scheduler import DONE, run_replay
     from .workload import synthetic
 
@@ -246,23 +291,25 @@ def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed
     if why is not None:
         out["reason"] = why
         return out
-    trace, rb = synthetic(row.concurrency, row.isl, row.osl, ROUNDS * row.concurrency, BLOCK_TOKENS)
-    engine = {}
-    if backend == "sglang":
+    bench = BENCH_RUN if bench is None else bench
+    trace, rb = synthetic(row.concurrency, row.isl, row.osl, bench.rounds * row.concurrency, BLOCK_TOKENS,
+                          frontend_delay_s=bench.frontend_delay_s, seed=seed)
+    engine = {"max_num_batched_tokens": bench.max_num_batched_tokens(row), "max_num_seqs": MAX_NUM_SEQS}
+    if backend == "sglang":  # SGLang's own chunk size and running limit, its prefill-alone batches
         from .sglang_validate import sglang_engine
 
         engine = sglang_engine(row.tp)
-    res = run_replay(trace, "lru", blocks, reblocked=rb, block_tokens=BLOCK_TOKENS,
-                     **({"max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS, "max_num_seqs": MAX_NUM_SEQS} | engine),
+    res = run_replay(trace, "lru", blocks, reblocked=rb, block_tokens=BLOCK_TOKENS, **engine,
                      calibration=system_calibration(calibration, system), model=spec, seed=seed,
                      step_profile=profile if overhead_s is None or profile is None
                      else {**profile, "overhead_ms": overhead_s * 1e3})
     done = res.status == DONE
     every = (res.t_first - res.arrival)[done]
-    later = (res.t_first - res.arrival)[row.concurrency:][done[row.concurrency:]]
-    # TTFT after the first round: the first round starts every client in one burst, which a benchmark
-    # of many rounds (or with a warm-up) barely sees; chosen on the H200 half, reported on the H100
-    # (docs/VALIDATION.md); the mean over every request is kept beside it
+    skip = bench.warmup_rounds * row.concurrency
+    later = (res.t_first - res.arrival)[skip:][done[skip:]]
+    # TTFT after the warm-up rounds: the first round starts every client in one burst, which a
+    # benchmark with a warm-up does not time; the rounds left out were chosen on one half of the rows
+    # and reported on the other (docs/VALIDATION.md); the mean over every request is kept beside it
     ttft = later if len(later) else every
     outs = res.output_tokens[done]
     tpot = ((res.t_done - res.t_first)[done] / np.maximum(outs - 1, 1))[outs > 1]
@@ -272,6 +319,7 @@ def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed
         "predicted_tpot_ms": float(tpot.mean()) * 1e3 if len(tpot) else None,
         "predicted_ttft_every_request_ms": float(every.mean()) * 1e3 if len(every) else None,
         "kv_pool_blocks": int(blocks), "preemptions": int(res.summary()["preemptions"]),
+        "max_num_batched_tokens": int(engine["max_num_batched_tokens"]),
         "term_share": {k: (float(v) / total if total > 0 else 0.0)
                        for k, v in zip(("compute", "memory", "refetch", "overhead", "allreduce"), res.terms)},
         "latency_model": res.latency_model,
@@ -314,9 +362,11 @@ def medians(rows: list[dict]) -> dict:
 
 
 def validate(rows: list[SiliconRow], calibration=None, aic_path=None, seed: int = 0, progress=None,
-             step_model: str = "profiled", overhead_s: float | None = None, backend: str = "vllm") -> dict:
+             step_model: str = "profiled", overhead_s: float | None = None, backend: str = "vllm",
+             bench: BenchRun | None = None) -> dict:
     """The validation document: {"rows": [...], "summary": medians, "calibration": name};
-    `step_model` "profiled" (the per-op profiles) or "roofline" (latency.py without them)."""
+    `step_model` "profiled" (the per-op profiles) or "roofline" (latency.py without them);
+    `bench` how the benchmarks ran (None: BENCH_RUN)."""
     from sitsprof.calibration import load_calibration
 
     cal = load_calibration(calibration) if not isinstance(calibration, dict) else calibration
@@ -328,9 +378,12 @@ def validate(rows: list[SiliconRow], calibration=None, aic_path=None, seed: int 
         overhead_s = PROFILED_OVERHEAD_S
     out = []
     for i, r in enumerate(rows):
-        out.append(replay_row(r, cal, aic, seed, profiles, overhead_s, backend))
+        out.append(replay_row(r, cal, aic, seed, profiles, overhead_s, backend, bench))
         if progress is not None:
             progress(i + 1, len(rows))
+    b = BENCH_RUN if bench is None else bench
     return {"calibration": cal.get("name"), "step_model": step_model, "backend": backend, "rows": out,
-            "summary": medians(out)}
+            "summary": medians(out),
+            "bench": {"rounds": b.rounds, "warmup_rounds": b.warmup_rounds,
+                      "frontend_delay_ms": b.frontend_delay_s * 1e3, "batched_tokens": b.batched_tokens}}
 

@@ -18,6 +18,16 @@ Two sources:
   benchmark's random dataset) and OSL output tokens (``--ignore-eos``: exactly OSL).
 * `closed_loop(reblocked, concurrency)`: a trace's requests in file order, in a closed loop
   (the trace's timestamps are dropped; its prompts and prefix sharing kept).
+
+**Frontend delay** (`frontend_delay_s`, default 0): a served request reaches the engine's
+waiting queue some time after its client sends it (HTTP, the API server's tokenization, the
+hop to the engine core), and the engine only takes new requests between steps. With no delay
+a request sent as another finishes joins the very next step, so clients that finish together
+restart together and stay in lock step for the whole run; with any delay the request misses
+the step that starts at that instant and waits for it, which spreads the clients out the way
+a served benchmark sees. The delay is drawn per request, seeded, from an exponential of the
+given mean (the scheduler adds it to the request's arrival: scheduler.py); TTFT still counts
+from the send, so it includes the delay, as the client's clock does.
 """
 from __future__ import annotations
 
@@ -72,10 +82,18 @@ def closed_loop(rb: Reblocked, concurrency: int) -> Reblocked:
 
 
 def synthetic(concurrency: int, isl: int, osl: int, requests: int | None = None,
-              block_tokens: int = 16) -> tuple[Trace, Reblocked]:
+              block_tokens: int = 16, frontend_delay_s: float = 0.0, seed: int = 0) -> tuple[Trace, Reblocked]:
     """The synthetic closed loop (module docstring): its trace (for the document's header) and
-    its re-blocked requests with closed-loop arrivals; `requests` defaults to DEFAULT_ROUNDS per client."""
+    its re-blocked requests with closed-loop arrivals; `requests` defaults to DEFAULT_ROUNDS per
+    client; `frontend_delay_s` > 0 gives each request a seeded exponential delay of that mean
+    between its send and the engine (module docstring)."""
     check(concurrency, isl, osl, requests)
     requests = int(requests) if requests is not None else DEFAULT_ROUNDS * int(concurrency)
     trace = synthetic_trace(isl, osl, requests, block_tokens)
-    return trace, closed_loop(reblock(trace, block_tokens), concurrency)
+    rb = closed_loop(reblock(trace, block_tokens), concurrency)
+    if frontend_delay_s < 0 or not np.isfinite(frontend_delay_s):
+        raise ServingReplayError(f"frontend delay {frontend_delay_s!r} s: must be a non-negative number of seconds")
+    if frontend_delay_s > 0:
+        delay = np.random.default_rng(seed).exponential(float(frontend_delay_s), rb.n_requests)
+        rb = dataclasses.replace(rb, frontend_delay=delay)
+    return trace, rb
