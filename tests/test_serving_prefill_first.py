@@ -124,3 +124,19 @@ def test_mixed_batches_are_the_reference_without_the_rule_and_differ(tiny):
     # remaining chunk and request 2's prompt), under vLLM's it decodes in it
     assert abs(alone.t_first[0] - 1e-3) < ATOL and abs(mixed.t_first[0] - 1e-3) < ATOL
     assert alone.t_done[0] > mixed.t_done[0] + 0.5e-3
+
+
+def test_replay_cli_prefill_alone(tiny):
+    from click.testing import CliRunner
+
+    from sitsprof.cli.main import cli
+
+    def run(*flags):
+        res = CliRunner().invoke(cli, ["policy", "replay", "--concurrency", "3", "--isl", "5000", "--osl", "4",
+                                       "--model", tiny, "--engine", "sglang", *flags, "--json"])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output[res.output.index("{"):])
+
+    alone, mixed = run("--prefill-alone"), run()
+    assert "alone" in alone["engine"]["batches"] and "batches" not in mixed["engine"]
+    assert alone["replay"][0]["tpot_p50_ms"] != pytest.approx(mixed["replay"][0]["tpot_p50_ms"])

@@ -73,7 +73,7 @@ def engine_document(trace, path, fmt, rb, rows, config, plan=None, **fields) -> 
     summary["kv_blocks"] = int(rb.n_ids)
     summary["shared_kv_blocks"] = int(rb.n_shared)
     serial = config.serial if config.serial is not None else config.rate_scale <= SERIAL_RATE_SCALE
-    engine = {**config.engine_fields(), **admission_rules(config.reserve_full_isl, serial),
+    engine = {**config.engine_fields(), **admission_rules(config.reserve_full_isl, serial, config.prefill_first),
               "pool": pool_fields(plan, config.capacities is not None)}
     return document([], trace=summary, replay=rows, engine=engine, **fields)
 
