@@ -132,6 +132,9 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
     if not stream:
         jitmode.before_reading(trace_path, policies, capacity_text.split(","),
                                headroom=not (as_json or as_csv) and "belady" not in policies)
+    from sitsprof.policies.engine.autostream import before_numpy
+
+    before_numpy(trace_path, stream)
     from sitsprof.policies.engine.capacity import parse_capacities
     from sitsprof.policies.engine.params import bind, parse_assignments
     from sitsprof.policies.engine.results import document, event_records, result_rows, rows_to_csv, trace_summary
