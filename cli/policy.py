@@ -132,10 +132,13 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
     if not stream:
         jitmode.before_reading(trace_path, policies, capacity_text.split(","),
                                headroom=not (as_json or as_csv) and "belady" not in policies)
+    from sitsprof.policies.engine.autostream import before_numpy
+
+    before_numpy(trace_path, stream)
     from sitsprof.policies.engine.capacity import parse_capacities
-    from sitsprof.policies.engine.params import parse_assignments
+    from sitsprof.policies.engine.params import bind, parse_assignments
     from sitsprof.policies.engine.results import document, event_records, result_rows, rows_to_csv, trace_summary
-    from sitsprof.policies.sweep import bind_params, run_policies
+    from sitsprof.policies.registry import get_policy
 
     given = parse_assignments(param_items)
     for name, value in (("shard_key", shard_key), ("embedder", embedder), ("ttl_s", ttl), ("window_s", window),
@@ -143,7 +146,7 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
                         ("threshold_windows", threshold_windows)):
         if value is not None:
             given[name] = value
-    params = bind_params(policies, given)
+    params = bind([get_policy(p) for p in policies], given)  # sweep's bind_params, without importing the sweep
     if stream is None:
         from .autostream import stream_on_its_own
 
@@ -156,6 +159,8 @@ def simulate_cmd(trace_path, policy_text, capacity_text, fmt, skip_bad_lines, as
         _simulate_stream(trace_path, fmt, policy_text, policies, capacity_text, params, skip_bad_lines, as_json, as_csv,
                          cost={"calibration": calibration, "model": model_name, "miss": miss_mode})
         return
+    from sitsprof.policies.sweep import run_policies
+
     trace, fmt = load_trace(trace_path, fmt, skip_bad_lines)
     capacities = parse_capacities(capacity_text, trace.n_blocks)
     jitmode.before_replay(len(trace.block), policies, capacities,

@@ -79,3 +79,35 @@ def test_estimates_and_bars():
     assert autostream.whole_trace_options("oracle", reading={"block_tokens": 16}) == ["--block-tokens"]
     assert autostream.whole_trace_options("mooncake", reading={"block_tokens": 16}) == []
     assert autostream.whole_trace_options("mooncake", reading={"sort_by_time": True}) == ["--sort-by-time"]
+
+
+def test_one_blas_thread_before_numpy_where_the_run_streams_or_may(tmp_path):
+    """autostream.before_numpy, in a fresh interpreter (numpy not loaded yet): OPENBLAS_NUM_THREADS=1
+    for --stream, and without a flag for a file of 4M oracleGeneral records' size (a sparse file
+    here); not for --no-stream, a small file, or a thread count already set."""
+    import os
+    import subprocess
+    import sys
+
+    big, small = tmp_path / "big.bin", tmp_path / "small.bin"
+    with open(big, "wb") as fh:
+        fh.truncate(autostream.AUTO_ORACLE_REFS * autostream.ORACLE_RECORD_BYTES)
+    small.write_bytes(b"\0" * 240)
+    code = ("import os, sys; from sitsprof.policies.engine.autostream import before_numpy\n"
+            "flag = {'none': None, 'stream': True, 'no-stream': False}[sys.argv[2]]\n"
+            "said = before_numpy(sys.argv[1], flag)\n"
+            "import numpy\n"
+            "print(said, os.environ.get('OPENBLAS_NUM_THREADS'))")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")}
+
+    def run(path, flag, **extra):
+        out = subprocess.run([sys.executable, "-c", code, str(path), flag], env={**env, **extra},
+                             capture_output=True, text=True, check=True)
+        return out.stdout.split()
+
+    assert run(big, "none") == ["True", "1"]
+    assert run(small, "stream") == ["True", "1"]
+    assert run(big, "no-stream") == ["False", "None"]
+    assert run(small, "none") == ["False", "None"]
+    assert run(big, "none", OPENBLAS_NUM_THREADS="2") == ["False", "2"]

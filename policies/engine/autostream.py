@@ -23,7 +23,8 @@ import os
 
 from .jitmode import _COMPRESSED, COMPRESSED_RATIO
 
-__all__ = ["AUTO_LINE_REFS", "AUTO_ORACLE_REFS", "estimated_references", "large_trace", "whole_trace_options"]
+__all__ = ["AUTO_LINE_REFS", "AUTO_ORACLE_REFS", "before_numpy", "estimated_references", "large_trace",
+           "whole_trace_options"]
 
 #: oracleGeneral: stream from this many records (~96 MB of file; ~200 MB held in memory)
 AUTO_ORACLE_REFS = 4_000_000
@@ -49,6 +50,27 @@ def estimated_references(path, fmt: str) -> int | None:
     if fmt in LINE_FORMATS:
         return size // LINE_BYTES_PER_REF
     return None
+
+
+def before_numpy(path, stream: bool | None) -> bool:
+    """Before numpy loads: one BLAS thread (`jitmode.quiet_blas`) when the run will stream
+    (`stream` True) or may (None, and the file reaches the lowest bar, `AUTO_ORACLE_REFS`
+    oracleGeneral records, whatever its format). The streamed replay does no BLAS work, and
+    OpenBLAS starting a thread per core on import costs ~0.02 s of CPU, a twentieth of a
+    streamed 5M-reference LRU run with its kernels built ahead of time (issue 24). Whether it
+    was set."""
+    if stream is False:
+        return False
+    if stream is None:
+        try:
+            size = os.stat(path).st_size
+        except (OSError, TypeError, ValueError):
+            return False
+        if size < AUTO_ORACLE_REFS * ORACLE_RECORD_BYTES:
+            return False
+    from .jitmode import quiet_blas
+
+    return quiet_blas()
 
 
 def large_trace(path, fmt: str) -> int | None:
