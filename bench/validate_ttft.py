@@ -6,8 +6,9 @@ measured rows; docs/VALIDATION.md, "TTFT").
 
 Replays the vLLM aggregated H100/H200 rows once per candidate `BenchRun` (validate.py,
 `CANDIDATES`): the step token budget rule (vLLM's default 8192, or AIConfigurator's generator
-rule batch + ISL + 1500), the mean frontend delay (0 to 8 ms) and the TTFT statistic (4 rounds
-a client less the first, or AIConfigurator's aiperf template: 22 rounds less 2 of warm-up;
+rule batch + ISL + 1500), the mean frontend delay (0 to 8 ms) and the TTFT statistic: the
+rounds a client runs and the leading ones left out (4 less the first; AIConfigurator's aiperf
+template, 22 less 2 of warm-up; 8 to 20 with the start's burst kept, a run without warm-up;
 the long runs only for a few candidates, they take minutes each), all at the shipped per-step
 overhead. For each half (h200_sxm, h100_sxm) it picks the candidate with the
 least median |TTFT error| on that half (ties: fewer rows off by more than 2x) and reports both
@@ -24,9 +25,10 @@ from sitsprof.policies.serving.silicon import read_silicon
 from sitsprof.policies.serving.validate import BenchRun, selected, validate
 
 #: (budget rule, mean frontend delay ms, rounds, warm-up rounds)
-CANDIDATES = (("vllm", 0.0, 4, 1), ("vllm", 2.0, 4, 1),
+CANDIDATES = (("vllm", 0.0, 4, 1), ("vllm", 2.0, 4, 1), ("vllm", 0.0, 12, 0),
               ("aic", 0.0, 4, 1), ("aic", 1.0, 4, 1), ("aic", 2.0, 4, 1), ("aic", 4.0, 4, 1), ("aic", 8.0, 4, 1),
-              ("aic", 2.0, 22, 2))
+              ("aic", 2.0, 22, 2),
+              ("aic", 1.0, 8, 0), ("aic", 1.0, 12, 0), ("aic", 4.0, 12, 0), ("aic", 1.0, 16, 0), ("aic", 1.0, 20, 0))
 HALVES = ("h200_sxm", "h100_sxm")
 
 
