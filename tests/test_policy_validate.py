@@ -126,3 +126,20 @@ def test_bench_run_step_budget_rules(doc):
     assert doc["bench"]["batched_tokens"] == v.BENCH_RUN.batched_tokens
     with pytest.raises(SiliconTableError, match="choose aic or vllm"):
         v.BenchRun(batched_tokens="sglang").max_num_batched_tokens(next(iter(rows.values())))
+
+
+def test_ttft_statistic_leaves_out_the_warmup_rounds():
+    """warmup_rounds 0 times every request (aiperf's timed phase starts with every client at once):
+    the TTFT is the mean over all of them; 1 leaves each client's first request out of the same
+    replay (same requests, same every-request mean, another TTFT)."""
+    from sitsprof.calibration import load_calibration
+
+    row = next(r for r in read_silicon(EXCERPT) if v.unmodellable(r) is None and r.model == "Qwen/Qwen3-32B")
+    cal, prof = load_calibration(None), v.read_profiles()
+    every = v.replay_row(row, cal, None, 0, prof, bench=v.BenchRun(rounds=2, warmup_rounds=0, frontend_delay_s=1e-3,
+                                                                    batched_tokens="aic"))
+    assert every["predicted_ttft_ms"] == pytest.approx(every["predicted_ttft_every_request_ms"], rel=1e-12)
+    later = v.replay_row(row, cal, None, 0, prof, bench=v.BenchRun(rounds=2, warmup_rounds=1, frontend_delay_s=1e-3,
+                                                                    batched_tokens="aic"))
+    assert later["predicted_ttft_every_request_ms"] == every["predicted_ttft_every_request_ms"]
+    assert later["predicted_ttft_ms"] != every["predicted_ttft_ms"]
