@@ -68,6 +68,18 @@ def _warm_file(folder: Path) -> Path:
     return path
 
 
+def _warm_id_table_growth(path: Path) -> None:
+    """The id table grown (rehashed) as on a trace of more distinct ids than it is first sized
+    for (`engine.stream.FIRST_IDS`): the warm trace's ids through the smallest table, fed as
+    stream_simulate feeds them (a record field's strided view)."""
+    from .traces.factorize import Factorizer
+    from .traces.oracle import iter_oracle_chunks
+
+    fac = Factorizer(bits=12)
+    for _, records in iter_oracle_chunks(path, WARM_REFS):
+        fac.codes(records["obj_id"].view(np.int64), out=np.empty(len(records), dtype=np.int32))
+
+
 def _spec(ty) -> list | None:
     """The argument's type as `common.aot` matches it, or None when it is not an array of
     numbers or a number."""
@@ -117,6 +129,7 @@ def build(policies: list[str] | None = None, note=None) -> dict:
     with tempfile.TemporaryDirectory(prefix="sitsprof-aot-") as tmp:
         path = _warm_file(Path(tmp))
         stream_simulate(path, [get_policy(n) for n in names], [WARM_CAPACITY])
+        _warm_id_table_growth(path)
         kernels = _exportable()
         stamp = f"{int(time.time() * 1000):x}{os.getpid():x}"
         cc = CC(f"{aot.MODULE}")
