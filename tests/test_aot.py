@@ -177,3 +177,19 @@ def test_the_plain_command_streams_without_numba_and_says_the_same(aot_env, trac
         docs.append((doc, numba))
     assert docs[0][1] == "False" and docs[1][1] == "True"
     assert docs[0][0] == docs[1][0]
+
+
+def test_compile_aot_says_why_not_and_goes_on(monkeypatch):
+    """`sitsprof compile --aot` where the module cannot be built (no C compiler, a numba without
+    pycc): one note naming the cause, no error; the streamed replay keeps numba's JIT."""
+    from sitsprof.cli.aotbuild import build_aot
+    from sitsprof.policies import aot as builder
+
+    def fails(names, note=None):
+        raise FileNotFoundError("[Errno 2] No such file or directory: 'cc'")
+
+    monkeypatch.setattr(builder, "build", fails)
+    notes = []
+    done = build_aot("lru,arc", notes.append)
+    assert done == {"error": "FileNotFoundError: [Errno 2] No such file or directory: 'cc'"}
+    assert len(notes) == 1 and "not built" in notes[0] and "'cc'" in notes[0] and "numba as before" in notes[0]
