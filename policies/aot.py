@@ -4,9 +4,9 @@ A kernel compiles with the argument types of its calls, so, as `precompile` does
 to know which signatures the streamed `policy simulate` needs is to run it: `build` writes a
 small oracleGeneral trace (enough distinct ids that the id table and every policy's state grow,
 sizes that vary), streams it through the policies under numba (`engine.stream.stream_simulate`,
-the path a large trace takes on its own), then hands every kernel that ran, with the exact
-numba signatures it ran with, to `numba.pycc.CC`, which compiles the same Python source into one
-extension module. Nothing here is a second implementation: the functions exported are the
+the path a large trace takes on its own; a small Mooncake file too, through `stream_lines`),
+then hands every kernel that ran, with the exact numba signatures it ran with, to
+`numba.pycc.CC`, which compiles the same Python source into one extension module. Nothing here is a second implementation: the functions exported are the
 kernels' own `py_func`, with the globals they call already numba's dispatchers.
 
 Built only from kernels declared as a plain ``njit(cache=True)`` (no other option that could
@@ -66,6 +66,19 @@ def _warm_file(folder: Path) -> Path:
     path = folder / "warm.oracleGeneral"
     rec.tofile(path)
     return path
+
+
+def _warm_request_files(folder: Path, names: list[str]) -> None:
+    """A Mooncake file streamed as a large one streams on its own (`engine.stream_lines`), by
+    the policies among `names` that stream from request files; Bailian files share its kernels."""
+    from .engine.stream_lines import line_streamable, stream_simulate_lines
+    from .traces.generator import generate_requests, write_mooncake_jsonl
+
+    modules = [m for m in (get_policy(n) for n in names) if line_streamable(m)]
+    if not modules:
+        return
+    path = write_mooncake_jsonl(generate_requests(seed=24, duration_s=60.0), folder / "warm.jsonl")
+    stream_simulate_lines(path, "mooncake", modules, [WARM_CAPACITY])
 
 
 def _warm_id_table_growth(path: Path) -> None:
@@ -130,6 +143,7 @@ def build(policies: list[str] | None = None, note=None) -> dict:
         path = _warm_file(Path(tmp))
         stream_simulate(path, [get_policy(n) for n in names], [WARM_CAPACITY])
         _warm_id_table_growth(path)
+        _warm_request_files(Path(tmp), names)
         kernels = _exportable()
         stamp = f"{int(time.time() * 1000):x}{os.getpid():x}"
         cc = CC(f"{aot.MODULE}")

@@ -157,9 +157,18 @@ def test_only_the_exact_types_it_was_built_for(aot_env):
                    "float scalar": False, "strided keys": True, "too few": False}
 
 
-def test_the_plain_command_streams_without_numba_and_says_the_same(aot_env, trace_file):
+@pytest.fixture(scope="module")
+def mooncake_file(tmp_path_factory):
+    from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl
+
+    return write_mooncake_jsonl(generate_requests(seed=7, duration_s=120.0), tmp_path_factory.mktemp("mc") / "m.jsonl")
+
+
+@pytest.mark.parametrize("which", ["oracle", "mooncake"])
+def test_the_plain_command_streams_without_numba_and_says_the_same(aot_env, trace_file, mooncake_file, which):
     """`policy simulate --stream --json` with the module and with SITSPROF_AOT=0: the same document
-    (but the seconds)."""
+    (but the seconds), from an oracleGeneral file and from a Mooncake file (stream_lines)."""
+    trace_file = trace_file if which == "oracle" else mooncake_file
     code = ("import sys, io, contextlib; from sitsprof.cli.main import main\n"
             "out = io.StringIO()\n"
             "with contextlib.redirect_stdout(out): main(sys.argv[1:])\n"
@@ -173,7 +182,7 @@ def test_the_plain_command_streams_without_numba_and_says_the_same(aot_env, trac
         doc = json.loads("\n".join(body))
         for r in doc["results"]:
             r.pop("seconds")
-        doc["trace"].pop("read_seconds")
+        doc["trace"].pop("read_seconds", None)
         docs.append((doc, numba))
     assert docs[0][1] == "False" and docs[1][1] == "True"
     assert docs[0][0] == docs[1][0]
