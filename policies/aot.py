@@ -6,8 +6,9 @@ small oracleGeneral trace (enough distinct ids that the id table and every polic
 sizes that vary), streams it through the policies under numba (`engine.stream.stream_simulate`,
 the path a large trace takes on its own; a small Mooncake file too, through `stream_lines`),
 then hands every kernel that ran, with the exact numba signatures it ran with, to
-`numba.pycc.CC`, which compiles the same Python source into one extension module. Nothing here is a second implementation: the functions exported are the
-kernels' own `py_func`, with the globals they call already numba's dispatchers.
+`numba.pycc.CC`, which compiles the same Python source into one extension module. Nothing
+here is a second implementation: the functions exported are the kernels' own `py_func`, with
+the globals they call already numba's dispatchers.
 
 Built only from kernels declared as a plain ``njit(cache=True)`` (no other option that could
 change what they compute or how they are inlined) whose arguments are arrays of numbers and
