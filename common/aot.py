@@ -180,10 +180,3 @@ def find(kernel, args: tuple):
         if len(specs) == len(args) and all(_matches(s, a) for s, a in zip(specs, args)):
             return fn
     return None
-
-
-def describe() -> dict:
-    """What the module holds now: folder, file, kernels (for `sitsprof compile --aot` and tests)."""
-    manifest, module = _load()
-    return {"folder": str(folder()), "file": None if manifest is None else manifest["file"],
-            "kernels": 0 if manifest is None else len(manifest["kernels"]), "loaded": module is not None}

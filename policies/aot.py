@@ -4,10 +4,11 @@ A kernel compiles with the argument types of its calls, so, as `precompile` does
 to know which signatures the streamed `policy simulate` needs is to run it: `build` writes a
 small oracleGeneral trace (enough distinct ids that the id table and every policy's state grow,
 sizes that vary), streams it through the policies under numba (`engine.stream.stream_simulate`,
-the path a large trace takes on its own), then hands every kernel that ran, with the exact
-numba signatures it ran with, to `numba.pycc.CC`, which compiles the same Python source into one
-extension module. Nothing here is a second implementation: the functions exported are the
-kernels' own `py_func`, with the globals they call already numba's dispatchers.
+the path a large trace takes on its own; a small Mooncake file too, through `stream_lines`),
+then hands every kernel that ran, with the exact numba signatures it ran with, to
+`numba.pycc.CC`, which compiles the same Python source into one extension module. Nothing
+here is a second implementation: the functions exported are the kernels' own `py_func`, with
+the globals they call already numba's dispatchers.
 
 Built only from kernels declared as a plain ``njit(cache=True)`` (no other option that could
 change what they compute or how they are inlined) whose arguments are arrays of numbers and
@@ -68,6 +69,31 @@ def _warm_file(folder: Path) -> Path:
     return path
 
 
+def _warm_request_files(folder: Path, names: list[str]) -> None:
+    """A Mooncake file streamed as a large one streams on its own (`engine.stream_lines`), by
+    the policies among `names` that stream from request files; Bailian files share its kernels."""
+    from .engine.stream_lines import line_streamable, stream_simulate_lines
+    from .traces.generator import generate_requests, write_mooncake_jsonl
+
+    modules = [m for m in (get_policy(n) for n in names) if line_streamable(m)]
+    if not modules:
+        return
+    path = write_mooncake_jsonl(generate_requests(seed=24, duration_s=60.0), folder / "warm.jsonl")
+    stream_simulate_lines(path, "mooncake", modules, [WARM_CAPACITY])
+
+
+def _warm_id_table_growth(path: Path) -> None:
+    """The id table grown (rehashed) as on a trace of more distinct ids than it is first sized
+    for (`engine.stream.FIRST_IDS`): the warm trace's ids through the smallest table, fed as
+    stream_simulate feeds them (a record field's strided view)."""
+    from .traces.factorize import Factorizer
+    from .traces.oracle import iter_oracle_chunks
+
+    fac = Factorizer(bits=12)
+    for _, records in iter_oracle_chunks(path, WARM_REFS):
+        fac.codes(records["obj_id"].view(np.int64), out=np.empty(len(records), dtype=np.int32))
+
+
 def _spec(ty) -> list | None:
     """The argument's type as `common.aot` matches it, or None when it is not an array of
     numbers or a number."""
@@ -117,6 +143,8 @@ def build(policies: list[str] | None = None, note=None) -> dict:
     with tempfile.TemporaryDirectory(prefix="sitsprof-aot-") as tmp:
         path = _warm_file(Path(tmp))
         stream_simulate(path, [get_policy(n) for n in names], [WARM_CAPACITY])
+        _warm_id_table_growth(path)
+        _warm_request_files(Path(tmp), names)
         kernels = _exportable()
         stamp = f"{int(time.time() * 1000):x}{os.getpid():x}"
         cc = CC(f"{aot.MODULE}")

@@ -66,8 +66,10 @@ import hashlib, json, sys
 from sitsprof.common.jit import allow_aot, decide
 decide(False)
 on = allow_aot()
+from sitsprof.policies.engine import stream
 from sitsprof.policies.engine.stream import stream_simulate
 from sitsprof.policies.registry import get_policy
+stream.FIRST_IDS = int(sys.argv[5])  # the id table's first size: small, it grows (rehashes) mid-trace
 res, summary = stream_simulate(sys.argv[1], [get_policy(p) for p in sys.argv[2].split(",")],
                                [int(c) for c in sys.argv[3].split(",")], chunk_refs=int(sys.argv[4]), keep_hits=True)
 print(json.dumps({"allowed": on, "numba": "numba" in sys.modules, "distinct": summary["distinct_blocks"],
@@ -76,25 +78,27 @@ print(json.dumps({"allowed": on, "numba": "numba" in sys.modules, "distinct": su
 """
 
 
-def _run(env, *args, aot: bool = True) -> dict:
+def _run(env, *args, aot: bool = True, first_ids: int = 1000) -> dict:
     env = dict(env)
     if not aot:
         env["SITSPROF_AOT"] = "0"
-    done = subprocess.run([sys.executable, "-c", RUN, *map(str, args)], env=env, capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run([sys.executable, "-c", RUN, *map(str, args), str(first_ids)], env=env,
+                          capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("chunk", [7_001, 1 << 20])
-def test_aot_replay_is_the_jit_replay_without_numba(aot_env, trace_file, chunk):
+@pytest.mark.parametrize(("chunk", "first_ids"), [(7_001, 1000), (1 << 20, 1000), (1 << 20, 1_500_000)])
+def test_aot_replay_is_the_jit_replay_without_numba(aot_env, trace_file, chunk, first_ids):
+    """Chunks of 7,001 and 1M references; an id table that grows mid-trace (first sized for
+    1,000 ids: 2**16 slots, 49,152 ids) and one sized for the whole file (as stream_simulate sizes it)."""
     caps = "100,5000,60000"
-    got = _run(aot_env, trace_file, ",".join(POLICIES), caps, chunk)
-    want = _run(aot_env, trace_file, ",".join(POLICIES), caps, chunk, aot=False)
+    got = _run(aot_env, trace_file, ",".join(POLICIES), caps, chunk, first_ids=first_ids)
+    want = _run(aot_env, trace_file, ",".join(POLICIES), caps, chunk, aot=False, first_ids=first_ids)
     assert got["allowed"] and not want["allowed"]
     assert not got["numba"], "the ahead-of-time path imported numba"
     assert want["numba"]
     assert got["runs"] == want["runs"]
-    assert got["distinct"] == want["distinct"] > 1 << 16  # the id table grew (its rehash ran ahead of time)
+    assert got["distinct"] == want["distinct"] > 49_152  # more than the smallest table holds
 
 
 def test_a_policy_not_built_compiles_with_numba(aot_env, trace_file):
@@ -153,9 +157,18 @@ def test_only_the_exact_types_it_was_built_for(aot_env):
                    "float scalar": False, "strided keys": True, "too few": False}
 
 
-def test_the_plain_command_streams_without_numba_and_says_the_same(aot_env, trace_file):
+@pytest.fixture(scope="module")
+def mooncake_file(tmp_path_factory):
+    from sitsprof.policies.traces.generator import generate_requests, write_mooncake_jsonl
+
+    return write_mooncake_jsonl(generate_requests(seed=7, duration_s=120.0), tmp_path_factory.mktemp("mc") / "m.jsonl")
+
+
+@pytest.mark.parametrize("which", ["oracle", "mooncake"])
+def test_the_plain_command_streams_without_numba_and_says_the_same(aot_env, trace_file, mooncake_file, which):
     """`policy simulate --stream --json` with the module and with SITSPROF_AOT=0: the same document
-    (but the seconds)."""
+    (but the seconds), from an oracleGeneral file and from a Mooncake file (stream_lines)."""
+    trace_file = trace_file if which == "oracle" else mooncake_file
     code = ("import sys, io, contextlib; from sitsprof.cli.main import main\n"
             "out = io.StringIO()\n"
             "with contextlib.redirect_stdout(out): main(sys.argv[1:])\n"
@@ -169,7 +182,23 @@ def test_the_plain_command_streams_without_numba_and_says_the_same(aot_env, trac
         doc = json.loads("\n".join(body))
         for r in doc["results"]:
             r.pop("seconds")
-        doc["trace"].pop("read_seconds")
+        doc["trace"].pop("read_seconds", None)
         docs.append((doc, numba))
     assert docs[0][1] == "False" and docs[1][1] == "True"
     assert docs[0][0] == docs[1][0]
+
+
+def test_compile_aot_says_why_not_and_goes_on(monkeypatch):
+    """`sitsprof compile --aot` where the module cannot be built (no C compiler, a numba without
+    pycc): one note naming the cause, no error; the streamed replay keeps numba's JIT."""
+    from sitsprof.cli.aotbuild import build_aot
+    from sitsprof.policies import aot as builder
+
+    def fails(names, note=None):
+        raise FileNotFoundError("[Errno 2] No such file or directory: 'cc'")
+
+    monkeypatch.setattr(builder, "build", fails)
+    notes = []
+    done = build_aot("lru,arc", notes.append)
+    assert done == {"error": "FileNotFoundError: [Errno 2] No such file or directory: 'cc'"}
+    assert len(notes) == 1 and "not built" in notes[0] and "'cc'" in notes[0] and "numba as before" in notes[0]
