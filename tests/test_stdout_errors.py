@@ -30,8 +30,10 @@ def _one_error_line(stderr: str) -> str:
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
-@pytest.mark.parametrize("form", [["--json"], []], ids=["json", "table"])
+@pytest.mark.parametrize("form", [["--json"], [], ["--stream", "--json"], ["--stream"]],
+                         ids=["json", "table", "stream-json", "stream-table"])
 def test_dev_full_is_one_line_and_non_zero(form):
+    """`--stream` too: its reader's OSError wrapper named the full stdout "cannot read the file"."""
     with open("/dev/full", "w") as full:
         done = _sitsprof([*SIMULATE, *form], full)
     assert done.returncode == 2, done.stderr

@@ -20,6 +20,8 @@ import json
 from contextlib import contextmanager
 from pathlib import Path
 
+from sitsprof.common.errors import OutputError
+
 from ..errors import TraceFormatError
 from . import timing
 from .bailian import BAILIAN_BLOCK_TOKENS, MARKER_FIELDS, read_bailian
@@ -129,6 +131,8 @@ def reading_errors(path):
     naming the file (read_trace, and the streaming replay, which reads as it goes)."""
     try:
         yield
+    except OutputError:  # --stream prints as it reads: a full stdout is not the trace's fault
+        raise
     except OSError as exc:  # unreadable file, vanished mid-read, not really gzip, ...
         raise TraceFormatError(path, f"cannot read the file: {exc.strerror or exc}") from None
     except DECOMPRESS_ERRORS as exc:  # a truncated or damaged compressed stream
