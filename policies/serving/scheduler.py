@@ -183,6 +183,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
             prefill_only = prefill_first and pf_pass == 0
             decode_only = prefill_first and pf_pass == 1
             budget = max_batched
+            sg_pad = 0  # tokens of the budget SGLang's page rounding charges (not computed)
             # 2. running requests
             preempted = False
             i = 0
@@ -243,6 +244,9 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                     note_pinned(pc)
                 if not (gen[r] > 0 and new == 1):
                     n_prefill += 1
+                    if sg_admit:  # whole pages, as for an admission below
+                        sg_pad += _ceil_div(new, bt) * bt - new
+                        budget -= _ceil_div(new, bt) * bt - new
                 sched[i] = new
                 budget -= new
                 i += 1
@@ -338,6 +342,9 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                     n_run += 1
                     n_sched = n_run
                     budget -= new
+                    if sg_admit:  # SGLang charges the chunk budget whole pages (_update_prefill_budget)
+                        sg_pad += _ceil_div(new, bt) * bt - new
+                        budget -= _ceil_div(new, bt) * bt - new
                     n_prefill += 1
                     n_admitted += 1
                     if sg_admit and sg_admitted(clock, pc, new < known - comp[r], output[r], bt):
@@ -370,7 +377,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                 pairs += new * (c + new * 0.5)
             context += c + new
             table += held[r]
-        tok = max_batched - budget
+        tok = max_batched - budget - sg_pad
         dt = step_seconds(lat_params, prefill, pairs, context, tok, n_step, table, rng_state, terms)
         now += dt
         stats[ST_STEPS] += 1

@@ -38,7 +38,8 @@ does, in its files (python/sglang/srt/...), and how a block-level replay follows
   longest prompt among equals, the latest in batch order among full ties (_get_decode_retraction
   _order :3541-3580, a stable reverse sort popped from its end). A retracted request frees its KV
   without inserting it into the tree and joins the BACK of the waiting queue with its outputs
-  kept (scheduler.py:4540, :3480-3494); vLLM's preemption puts it at the front.
+  kept (scheduler.py:4540, :3480-3494); vLLM's preemption puts it at the front. The requests
+  kept stay in that order of preference (filter_batch(keep_indices), schedule_batch.py:3872).
 
 Not modelled: a page is the replay's block (SGLang's page_size is 1 on most backends), the
 continuing chunk's size is the step's token budget (not min(chunk, remaining_total)), the
@@ -218,5 +219,15 @@ def sg_retract(clock, R, ids, offsets, ref, cached, kind, pc, run, n_run, prompt
             wn += 1
             n_preempt[v] += 1
             stats[st_preempt] += 1
+    if retracted:  # filter_batch(keep_indices=...) leaves the batch in retraction-order (stable)
+        for i in range(1, n_run):
+            r = run[i]
+            j = i
+            q = run[j - 1] if j > 0 else r
+            while j > 0 and (gen[q] < gen[r] or (gen[q] == gen[r] and prompt[q] > prompt[r])):
+                run[j] = q
+                j -= 1
+                q = run[j - 1] if j > 0 else r
+            run[j] = r
     sg_after_decode_check(clock, run, n_run, gen, output, retracted)
     return n_run, wn
