@@ -36,6 +36,13 @@ class ReplayConfig:
     #: SGLang's batches: a step with prefill work runs it alone and decodes wait (enable_mixed_chunk
     #: off, its default); False: vLLM's mixed batch of decodes and prefill chunks
     prefill_first: bool = False
+    #: SGLang's admission (--engine sglang): PrefillAdder reserves the running requests' future
+    #: outputs (x new_token_ratio) and decodes are retracted when the pool runs out
+    #: (sglang_admission.py); False: vLLM's rule (reserve_full_isl)
+    sglang_admission: bool = False
+    #: the requests are ignore_eos (benchmarks with a fixed output length): SGLang then reserves
+    #: their whole remaining output, ratio 1 (schedule_policy.py:785-794)
+    sglang_ignore_eos: bool = False
     model: object = None  # a ModelSpec (policies/cost/models.py), a preset name or config path; None: default
     calibration: object = None  # a calibration path or dict; None: the shipped reference
     #: the pool per replica: blocks (100k), % of the trace's distinct blocks, or KV memory per GPU
@@ -84,6 +91,9 @@ class ReplayConfig:
                                      "(2 = twice the arrival rate)")
         if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
             raise ServingReplayError("--max-num-batched-tokens and --max-num-seqs must be at least 1")
+        if self.sglang_admission and self.engine != "sglang":
+            raise ServingReplayError("SGLang's admission (--sglang-admission) is the radix engine's; "
+                                     "add --engine sglang")
         if self.block_tokens < 1:
             raise ServingReplayError(f"--block-tokens {self.block_tokens}: must be at least 1 (16 is vLLM's default)")
         return self

@@ -76,12 +76,14 @@ from .pool import (
     touch,
 )
 from .radix import new_radix, r_allocate, r_register, r_release, r_touch
+from .sglang_admission import CK_FULL, N_CLOCK, sg_admits, sg_admitted, sg_pass_start, sg_refused, sg_retract
 
 #: Sources numba compiles into `replay` besides this file (it inlines and links them without
 #: tracking them): its cache files are keyed by all of them (common/numba_locator.py), so an
 #: edit to any one compiles it afresh, and another checkout's version keeps its own files.
 NUMBA_CACHE_DEPENDS = ("evictors/__init__.py", "evictors/_lists.py", "evictors/lru.py", "lirs_form.py", "lfu_form.py",
-                       "pool.py", "radix.py", "latency.py", "../classic/twoq.py", "../classic/_structs.py")
+                       "pool.py", "radix.py", "sglang_admission.py", "latency.py", "../classic/twoq.py",
+                       "../classic/_structs.py")
 
 VLLM, SGLANG = 0, 1
 # per-request status
@@ -95,7 +97,8 @@ N_STATS = 16
 SI_WH, SI_WN, SI_NRUN, SI_NXT, SI_DONE, SI_ISSUE = range(6)
 N_SI = 8
 # `rules` bits: vLLM 0.33's whole-sequence admission gate; one request at a time
-RULE_FULL_ISL, RULE_SERIAL, RULE_PREFILL_FIRST = 1, 2, 4
+# SGLang's PrefillAdder admission and decode retraction (sglang_admission.py)
+RULE_FULL_ISL, RULE_SERIAL, RULE_PREFILL_FIRST, RULE_SGLANG_ADMIT = 1, 2, 4, 8
 # --rate-scale at or below this serves requests one at a time (RULE_SERIAL): at such rates
 # requests with different timestamps never overlap, and same-time arrivals are queued one
 # after another instead of joining one step
@@ -130,6 +133,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
     full_isl = (rules & RULE_FULL_ISL) != 0
     serial = (rules & RULE_SERIAL) != 0
     prefill_first = (rules & RULE_PREFILL_FIRST) != 0
+    sg_admit = (rules & RULE_SGLANG_ADMIT) != 0 and mode == 0 and engine == SGLANG
     n = prompt.shape[0]
     capacity = pc[CAPACITY]
     comp = rq[0]  # tokens computed (KV written)
@@ -179,10 +183,15 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
             prefill_only = prefill_first and pf_pass == 0
             decode_only = prefill_first and pf_pass == 1
             budget = max_batched
+            sg_pad = 0  # tokens of the budget SGLang's page rounding charges (not computed)
             # 2. running requests
             preempted = False
             i = 0
             n_prefill = 0
+            if sg_admit and decode_only:  # SGLang retracts decodes before a batch that would not fit
+                n_run, wn = sg_retract(clock, R, ids, offsets, ref, cached, kind, pc, run, n_run, prompt, gen, comp,
+                                       held, reg, output, status, n_preempt, stats, ST_PREEMPTIONS, wq, wh, wn, n, bt,
+                                       WAITING)
             while i < n_run and budget > 0:
                 r = run[i]
                 b0 = offsets[r]
@@ -235,12 +244,18 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                     note_pinned(pc)
                 if not (gen[r] > 0 and new == 1):
                     n_prefill += 1
+                    if sg_admit:  # whole pages, as for an admission below
+                        sg_pad += _ceil_div(new, bt) * bt - new
+                        budget -= _ceil_div(new, bt) * bt - new
                 sched[i] = new
                 budget -= new
                 i += 1
             n_sched = i
             # 3. waiting requests (not into a decode batch)
-            if not preempted and not decode_only:
+            sg_open = (not sg_admit or decode_only
+                       or sg_pass_start(clock, run, n_run, n_sched, sched, prompt, gen, comp, output, bt))
+            n_admitted = 0
+            if not preempted and not decode_only and sg_open:
                 while wn > 0 and n_run < max_seqs and budget > 0:
                     r = wq[wh]
                     b0 = offsets[r]
@@ -287,7 +302,12 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                         gate = need
                         if full_isl:  # the whole known sequence must fit, not just this chunk
                             gate = max(need, _ceil_div(known, bt) - hits)
-                        if available(pc) - evictable_among(ids, b0, hits, ref) < gate:
+                        if sg_admit:  # SGLang: the request's outputs and the running ones' are reserved too
+                            if not sg_admits(clock, pc, ids, b0, hits, ref, known, gen[r], output[r], bt):
+                                stats[ST_POOL_BLOCKED] += 1
+                                sg_refused(clock, n_admitted, n_run)
+                                break
+                        elif available(pc) - evictable_among(ids, b0, hits, ref) < gate:
                             stats[ST_POOL_BLOCKED] += 1
                             break
                         if engine == SGLANG:
@@ -322,7 +342,13 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                     n_run += 1
                     n_sched = n_run
                     budget -= new
+                    if sg_admit:  # SGLang charges the chunk budget whole pages (_update_prefill_budget)
+                        sg_pad += _ceil_div(new, bt) * bt - new
+                        budget -= _ceil_div(new, bt) * bt - new
                     n_prefill += 1
+                    n_admitted += 1
+                    if sg_admit and sg_admitted(clock, pc, new < known - comp[r], output[r], bt):
+                        break
             if n_prefill > 0 or not prefill_only:
                 break
         if n_sched == 0:
@@ -351,7 +377,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                 pairs += new * (c + new * 0.5)
             context += c + new
             table += held[r]
-        tok = max_batched - budget
+        tok = max_batched - budget - sg_pad
         dt = step_seconds(lat_params, prefill, pairs, context, tok, n_step, table, rng_state, terms)
         now += dt
         stats[ST_STEPS] += 1
@@ -375,6 +401,8 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
                             release(pid, S, ids, offsets[r], held[r], ref, kind, pc)
                         held[r] = 0
                         status[r] = DONE
+                        if sg_admit:  # a request left the running batch: SGLang's batch_is_full clears
+                            clock[CK_FULL] = 0.0
                         t_done[r] = now
                         done += 1
                         if iss < n:  # closed loop: the client sends its next request now
@@ -394,7 +422,8 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
     return now
 
 
-def admission_rules(reserve_full_isl: bool, serial: bool, prefill_first: bool = False) -> dict:
+def admission_rules(reserve_full_isl: bool, serial: bool, prefill_first: bool = False,
+                    sglang_admission: bool = False) -> dict:
     """What the results say of the scheduler rules a replay followed."""
     out = {"vllm_version": VLLM_VERSION, "scheduler_reserve_full_isl": bool(reserve_full_isl),
            "admission": ("whole sequence must fit (full_sequence_must_fit)" if reserve_full_isl
@@ -402,6 +431,8 @@ def admission_rules(reserve_full_isl: bool, serial: bool, prefill_first: bool = 
            "one_request_at_a_time": bool(serial)}
     if prefill_first:
         out["batches"] = "prefill batches alone, decodes wait (SGLang, enable_mixed_chunk off)"
+    if sglang_admission:
+        out["admission"] = "SGLang's PrefillAdder: outputs reserved x new_token_ratio, decodes retracted"
     return out
 
 
@@ -413,7 +444,7 @@ def new_run_state(n: int):
     wq = np.empty(n + 1, dtype=np.int64)
     run = np.empty(max(n, 1), dtype=np.int64)
     sched = np.zeros(max(n, 1), dtype=np.int64)
-    clock = np.zeros(1, dtype=np.float64)
+    clock = np.zeros(N_CLOCK, dtype=np.float64)  # the time, then SGLang's admission state (sglang_admission.py)
     si = np.zeros(N_SI, dtype=np.int64)
     return rq, wq, run, sched, clock, si
 
@@ -580,12 +611,16 @@ def run_replay(trace, policy: str = "lru", capacity: int = 1000, config=None, *,
     if serial is None:
         serial = rate_scale <= SERIAL_RATE_SCALE
     rules = ((RULE_FULL_ISL if reserve_full_isl else 0) | (RULE_SERIAL if serial else 0)
-             | (RULE_PREFILL_FIRST if cfg.prefill_first else 0))
+             | (RULE_PREFILL_FIRST if cfg.prefill_first else 0) | (RULE_SGLANG_ADMIT if cfg.sglang_admission else 0))
     run = ReplayRun(pid, S, pool, SGLANG if engine == "sglang" else VLLM, R, rb, arrival, cfg.max_num_batched_tokens,
                     cfg.max_num_seqs, mode, ref_hit, model_obj.params, rng_state, terms, rules)
+    if cfg.sglang_admission:
+        from .sglang_admission import init_admission
+
+        init_admission(run.clock, ignore_eos=cfg.sglang_ignore_eos)
     meta = {"engine": engine, "policy": radix_policy if engine == "sglang" else policy, "capacity": int(capacity),
             "rate_scale": float(rate_scale),
-            "rules": admission_rules(reserve_full_isl, serial, cfg.prefill_first),
+            "rules": admission_rules(reserve_full_isl, serial, cfg.prefill_first, cfg.sglang_admission),
             "log_evictions": log_evictions,
             "latency_model": getattr(model_obj, "description", type(model_obj).__name__)}
     from . import watch
