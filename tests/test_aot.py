@@ -175,28 +175,38 @@ def mooncake_file(tmp_path_factory):
     return write_mooncake_jsonl(generate_requests(seed=7, duration_s=120.0), tmp_path_factory.mktemp("mc") / "m.jsonl")
 
 
-@pytest.mark.parametrize("which", ["oracle", "mooncake"])
-def test_the_plain_command_streams_without_numba_and_says_the_same(aot_env, trace_file, mooncake_file, which):
-    """`policy simulate --stream --json` with the module and with SITSPROF_AOT=0: the same document
-    (but the seconds), from an oracleGeneral file and from a Mooncake file (stream_lines)."""
-    trace_file = trace_file if which == "oracle" else mooncake_file
-    code = ("import sys, io, contextlib; from sitsprof.cli.main import main\n"
-            "out = io.StringIO()\n"
-            "with contextlib.redirect_stdout(out): main(sys.argv[1:])\n"
-            "print(out.getvalue()); print('numba' in sys.modules)")
-    args = ["policy", "simulate", str(trace_file), "-p", "lru,arc", "-c", "100,5000", "--stream", "--json"]
-    docs = []
+# `policy simulate` in-process, as typed: its JSON document (less the seconds) and whether numba loaded.
+CLI = ("import sys, io, contextlib; from sitsprof.cli.main import main\n"
+       "out = io.StringIO()\n"
+       "with contextlib.redirect_stdout(out): main(sys.argv[1:])\n"
+       "print(out.getvalue()); print('numba' in sys.modules)")
+
+
+def _documents(env, path, policies: str) -> list[tuple[dict, bool]]:
+    """(document, numba imported) of `policy simulate PATH -p POLICIES --stream --json`, with the
+    module and with SITSPROF_AOT=0."""
+    args = ["policy", "simulate", str(path), "-p", policies, "-c", "100,5000", "--stream", "--json"]
+    out = []
     for extra in ({}, {"SITSPROF_AOT": "0"}):
-        done = subprocess.run([sys.executable, "-c", code, *args], env={**aot_env, **extra}, capture_output=True,
+        done = subprocess.run([sys.executable, "-c", CLI, *args], env={**env, **extra}, capture_output=True,
                               text=True, check=True)
         *body, numba = done.stdout.strip().splitlines()
         doc = json.loads("\n".join(body))
         for r in doc["results"]:
             r.pop("seconds")
         doc["trace"].pop("read_seconds", None)
-        docs.append((doc, numba))
-    assert docs[0][1] == "False" and docs[1][1] == "True"
-    assert docs[0][0] == docs[1][0]
+        out.append((doc, numba == "True"))
+    return out
+
+
+@pytest.mark.parametrize("which", ["oracle", "mooncake"])
+def test_the_plain_command_streams_without_numba_and_says_the_same(aot_env, trace_file, mooncake_file, which):
+    """`policy simulate --stream --json` with the module and with SITSPROF_AOT=0: the same document
+    (but the seconds), from an oracleGeneral file and from a Mooncake file (stream_lines)."""
+    (got, got_numba), (want, want_numba) = _documents(aot_env, trace_file if which == "oracle" else mooncake_file,
+                                                      "lru,arc")
+    assert not got_numba and want_numba
+    assert got == want
 
 
 def test_compile_aot_says_why_not_and_goes_on(monkeypatch):
@@ -219,20 +229,6 @@ def test_compile_aot_says_why_not_and_goes_on(monkeypatch):
 def test_every_policy_streams_the_same_from_the_module(aot_env, trace_file, mooncake_file, which):
     """`-p all --stream` (every policy that streams from the file: belady's next uses computed,
     sits's and semantic-shard's windows) with the module and with SITSPROF_AOT=0: the same document."""
-    path = trace_file if which == "oracle" else mooncake_file
-    code = ("import sys, io, contextlib; from sitsprof.cli.main import main\n"
-            "out = io.StringIO()\n"
-            "with contextlib.redirect_stdout(out): main(sys.argv[1:])\n"
-            "print(out.getvalue())")
-    args = ["policy", "simulate", str(path), "-p", "all", "-c", "100,5000", "--stream", "--json"]
-    docs = []
-    for extra in ({}, {"SITSPROF_AOT": "0"}):
-        done = subprocess.run([sys.executable, "-c", code, *args], env={**aot_env, **extra}, capture_output=True,
-                              text=True, check=True)
-        doc = json.loads(done.stdout)
-        for r in doc["results"]:
-            r.pop("seconds")
-        doc["trace"].pop("read_seconds", None)
-        docs.append(doc)
-    assert len(docs[0]["results"]) >= 2 * 9
-    assert docs[0] == docs[1]
+    (got, _), (want, _) = _documents(aot_env, trace_file if which == "oracle" else mooncake_file, "all")
+    assert len(got["results"]) >= 2 * 9
+    assert got == want
