@@ -14,9 +14,9 @@ It is used only where a caller asked for it (`allow`, the streamed `policy simul
 
 1. when the extension module and its manifest exist (`folder()`; `sitsprof compile --aot`
    builds them: `sitsprof.policies.aot`),
-2. when the kernel's source key (`source_key`: its module's file, the files it names in
-   ``NUMBA_CACHE_DEPENDS``, and common/prefetch.py, hashed) equals the one it was built from:
-   an edited kernel is never run from a stale build, it compiles as before; and
+2. when the kernel's source key (`source_key`: every source file of its module's folder, of
+   the folders whose kernels and functions it holds, and of common/, hashed) equals the one it
+   was built from: an edited kernel is never run from a stale build, it compiles as before; and
 3. when the arguments have exactly the numba types of one of its exported signatures (dtype,
    dimensions, layout and writability of each array; the type of each scalar), as
    numba's dispatcher would type them: a pycc function does not check its arguments (an array
@@ -48,6 +48,7 @@ FORMAT = 1
 _lock = threading.Lock()
 _loaded: dict = {}  # "manifest", "module": loaded once a process (None: absent or unusable)
 _keys: dict[str, str] = {}  # module name -> source key
+_folders: dict[Path, bytes] = {}  # source folder -> digest of its .py files
 _found: dict[int, list | None] = {}  # id(kernel) -> [(specs, function), ...] or None
 
 
@@ -69,10 +70,27 @@ def kernel_id(kernel) -> str:
     return f"{func.__module__}:{func.__qualname__}"
 
 
+def _folder_digest(folder: Path) -> bytes:
+    digest = _folders.get(folder)
+    if digest is None:
+        h = hashlib.sha256()
+        for file in sorted(folder.glob("*.py")):
+            try:
+                data = file.read_bytes()
+            except OSError:
+                data = b""
+            h.update(file.name.encode() + b"\0" + data + b"\0")
+        digest = _folders[folder] = h.digest()
+    return digest
+
+
 def source_key(module_name: str) -> str | None:
-    """16 hex digits of a hash of `module_name`'s source file, the files it names in
-    ``NUMBA_CACHE_DEPENDS`` (beside it) and common/prefetch.py (inlined into every kernel that
-    prefetches); None when the module has no file."""
+    """16 hex digits of a hash of every source file in the folder of `module_name`, in the
+    folders of the sitsprof modules whose functions, classes or kernels it holds, and in common/
+    (prefetch.py, inlined into every kernel that prefetches); None when the module has no file.
+    Folders, not files: a kernel compiles in the kernels it calls and the constants it reads
+    (``GOLDEN``, ``NIL``) are baked in, and numba tracks neither, so an edit anywhere near it
+    retires its build (the JIT then compiles it, until `sitsprof compile --aot` runs again)."""
     key = _keys.get(module_name)
     if key is not None:
         return key
@@ -80,16 +98,16 @@ def source_key(module_name: str) -> str | None:
     path = getattr(module, "__file__", None)
     if not path:
         return None
-    here = Path(path).parent
+    folders = {Path(path).parent, Path(__file__).parent}
+    for value in list(vars(module).values()):
+        owner = getattr(value, "__module__", None)
+        if isinstance(owner, str) and owner.startswith("sitsprof.") and callable(value):
+            file = getattr(sys.modules.get(owner), "__file__", None)
+            if file:
+                folders.add(Path(file).parent)
     digest = hashlib.sha256()
-    files = (Path(path), *(here / name for name in getattr(module, "NUMBA_CACHE_DEPENDS", ())),
-             Path(__file__).with_name("prefetch.py"))
-    for file in files:
-        try:
-            data = file.read_bytes()
-        except OSError:
-            data = b""
-        digest.update(file.name.encode() + b"\0" + data + b"\0")
+    for folder in sorted(folders):
+        digest.update(str(folder.name).encode() + b"\0" + _folder_digest(folder))
     key = _keys[module_name] = digest.hexdigest()[:16]
     return key
 
@@ -122,6 +140,7 @@ def reset() -> None:
     with _lock:
         _loaded.clear()
         _keys.clear()
+        _folders.clear()
         _found.clear()
 
 
