@@ -91,6 +91,19 @@ def test_without_a_frontend_delay_clients_stay_in_lock_step():
     assert max(rounds(1e-3)[1:]) > 1
 
 
+def test_a_shorter_frontend_delay_reaches_the_engine_first():
+    """Two clients finish together and send together; the request with the longer delay (index 2,
+    50 ms) must not hold back the one sent beside it with a 1 ms delay (index 3): that one is
+    scheduled first, no earlier than its own send + delay."""
+    import dataclasses
+
+    trace, rb = workload.synthetic(2, 200, 10, 4)
+    rb = dataclasses.replace(rb, frontend_delay=np.array([0.0, 0.0, 0.05, 0.001]))
+    res = run_replay(trace, "lru", 100_000, reblocked=rb, model="phi-3-mini")
+    assert (res.status == DONE).all() and res.arrival[2] == res.arrival[3]  # sent at the same finish
+    assert res.arrival[3] + 0.001 <= res.t_sched[3] < res.arrival[2] + 0.05 <= res.t_sched[2]
+
+
 def test_a_trace_in_closed_loop_keeps_its_prompts():
     from sitsprof.policies.serving.reblock import reblock
     from sitsprof.policies.traces.generator import generate_workload

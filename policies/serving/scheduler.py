@@ -112,6 +112,20 @@ def _ceil_div(a, b):
     return (a + b - 1) // b
 
 
+@njit(cache=True)
+def _next_ready(arrival, delay, status, nxt):
+    """When the next request not yet in the engine gets there: the least send + frontend delay
+    among those from `nxt` on (sends are in index order, so the scan stops once a send is later
+    than the best so far; without delays, arrival[nxt])."""
+    best = np.inf
+    j = nxt
+    while j < arrival.shape[0] and arrival[j] < best:
+        if status[j] == FUTURE and arrival[j] + delay[j] < best:
+            best = arrival[j] + delay[j]
+        j += 1
+    return best
+
+
 # _nrt=False: the kernel allocates nothing (every array is passed in), and with numba's runtime on,
 # each inlined evictor / pool call that unpacks the `S` and `pool` tuples adds atomic reference
 # count updates (NRT_IncRef / NRT_DecRef) that numba's refprune pass leaves in the loops: half
@@ -151,29 +165,36 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
     while done < n:
         if now >= t_stop:
             break
-        # 1. arrivals
-        while nxt < n and arrival[nxt] + delay[nxt] <= now:
+        # 1. arrivals: every request sent by now (arrival) whose frontend delay has passed; with
+        # delays, requests sent close together may reach the engine out of index order
+        j = nxt
+        while j < n and arrival[j] <= now:
+            if status[j] != FUTURE or arrival[j] + delay[j] > now:
+                j += 1
+                continue
             if serial and (n_run > 0 or wn > 0):
                 break
-            need = offsets[nxt + 1] - offsets[nxt]
+            need = offsets[j + 1] - offsets[j]
             if mode == 0 and need > capacity:
-                status[nxt] = REJECTED
+                status[j] = REJECTED
                 stats[ST_REJECTED] += 1
                 done += 1
                 if iss < n:  # its client sends the next request at once
                     arrival[iss] = now
                     iss += 1
             else:
-                status[nxt] = WAITING
-                wq[(wh + wn) % (n + 1)] = nxt
+                status[j] = WAITING
+                wq[(wh + wn) % (n + 1)] = j
                 wn += 1
+            j += 1
+        while nxt < n and status[nxt] != FUTURE:
             nxt += 1
         if wn > stats[ST_PEAK_WAITING]:
             stats[ST_PEAK_WAITING] = wn
         if n_run == 0 and wn == 0:
             if nxt >= n:
                 break
-            now = arrival[nxt] + delay[nxt]
+            now = _next_ready(arrival, delay, status, nxt)
             continue
         # RULE_PREFILL_FIRST (SGLang, enable_mixed_chunk off): a step with prefill work (a chunked
         # prompt to continue, a waiting request to admit) runs that work alone and the decodes wait;
@@ -354,7 +375,7 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
         if n_sched == 0:
             # nothing could be scheduled (cannot happen with a non-empty pool); avoid a spin
             if nxt < n:
-                now = max(now, arrival[nxt] + delay[nxt])
+                now = max(now, _next_ready(arrival, delay, status, nxt))
                 continue
             break
         if n_run > stats[ST_PEAK_RUNNING]:
