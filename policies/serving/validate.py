@@ -4,8 +4,10 @@ For every vLLM aggregated row on an H100 SXM or H200 SXM (silicon.py) the replay
 row's benchmark: a closed loop (workload.py) of ``concurrency`` clients sending ISL random,
 unshared tokens and waiting for OSL output tokens, on ``tp`` GPUs of the row's system, with
 the row's model config at the row's precision, under vLLM V1's scheduler defaults for an
-80 GB-class GPU. The predicted TTFT and TPOT are the replay's means over every request (the
-benchmark clients' mean); the measured ones are the CSV's figures, unchanged.
+80 GB-class GPU but the step token budget AIConfigurator's deployments set (`BenchRun`). The
+predicted TTFT and TPOT are the replay's means over the requests the benchmark timed (`BenchRun`:
+every request of 12 rounds, the start's burst included; the benchmark clients' mean); the
+measured ones are the CSV's figures, unchanged.
 
 What "as it ran" takes, and where each figure comes from:
 
