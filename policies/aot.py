@@ -161,8 +161,7 @@ def build(policies: list[str] | None = None, note=None) -> dict:
                 exports += 1
             manifest["kernels"][aot.kernel_id(kernel)] = {"key": aot.source_key(kernel.py_func.__module__),
                                                           "exports": entry}
-        say(f"compiling {exports} signature(s) of {len(kernels)} kernel(s) ahead of time for "
-            f"{', '.join(names)}")
+        say(f"compiling {exports} signature(s) of {len(kernels)} kernel(s) for {', '.join(names)}")
         left_out = _compile(cc, manifest, say)
         exports -= len(left_out)
         folder = aot.folder()

@@ -232,3 +232,16 @@ def test_every_policy_streams_the_same_from_the_module(aot_env, trace_file, moon
     (got, _), (want, _) = _documents(aot_env, trace_file if which == "oracle" else mooncake_file, "all")
     assert len(got["results"]) >= 2 * 9
     assert got == want
+
+
+def test_compile_aot_builds_the_module_and_says_where(tmp_path):
+    """`sitsprof compile --aot -p lru --json`: the module built for lru alone, its summary in the
+    JSON beside the policies' (numba's cache), its file and manifest where SITSPROF_AOT_DIR says."""
+    env = {**os.environ, "SITSPROF_AOT_DIR": str(tmp_path / "aot")}
+    env.pop("SITSPROF_AOT", None)
+    done = subprocess.run([sys.executable, "-m", "sitsprof.cli.main", "compile", "--aot", "-p", "lru", "--json"],
+                          env=env, capture_output=True, text=True, check=True)
+    summary = json.loads(done.stdout)["aot"]
+    assert summary["policies"] == ["lru"] and summary["exports"] >= 3
+    assert (tmp_path / "aot" / summary["file"]).is_file() and (tmp_path / "aot" / "manifest.json").is_file()
+    assert "ahead of time" in done.stderr
