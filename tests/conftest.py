@@ -124,18 +124,20 @@ def html_refs():
 
 @pytest.fixture(scope="session")
 def compiled_cold_cache(tmp_path_factory) -> dict:
-    """The environment of a numba cache that held nothing until `sitsprof compile -p lru`
-    filled it, compiled once a session: the tests that check "after compile, the first run
-    compiles nothing" (simulate, tests/test_compile_once.py; every replay form,
-    tests/test_replay_cli.py) share its one cold compile (~a minute of CPU on 2 cores each)."""
+    """The environment of a numba cache that held nothing until `sitsprof compile -p lru -j 2`
+    filled it (lru in this process, the serving replay in a worker), compiled once a session:
+    the tests that check "after compile, the first run compiles nothing" (simulate,
+    tests/test_compile_once.py; every replay form, tests/test_replay_cli.py) and the one that
+    compiles fifo and sieve into a copy of it (tests/test_startup.py) share its one cold compile
+    (~a minute of CPU on 2 cores each). Read it, never write to it: copy it first."""
     import subprocess
     import sys
 
     cache = str(tmp_path_factory.mktemp("cold-numba") / "numba")
     env = dict(os.environ, SITSPROF_JIT="numba", SITSPROF_NUMBA_CACHE_DIR=cache, NUMBA_CACHE_DIR=cache)
     sitsprof = os.path.join(os.path.dirname(sys.executable), "sitsprof")
-    done = subprocess.run([sitsprof, "compile", "-p", "lru", "--json"], env=env, capture_output=True, text=True,
-                          timeout=900)
+    done = subprocess.run([sitsprof, "compile", "-p", "lru", "-j", "2", "--json"], env=env, capture_output=True,
+                          text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "serving replay" in done.stderr, done.stderr[-2000:]
     return env
