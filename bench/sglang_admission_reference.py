@@ -244,11 +244,8 @@ def simulate(sp, pb, tr, order, isl, osl, concurrency, pool_pages, page=16, chun
                     if first[r] == 0:
                         first[r] = step
                     if len(q.output_ids) >= q.sampling_params.max_new_tokens:
-                        _finish(q, alloc, done, step)
+                        issue = _finish(q, alloc, done, step, issue, n, arrivals)
                         finished += 1
-                        if issue < n:
-                            arrivals.append(issue)
-                            issue += 1
                         full = False
                         if r == chunked:
                             chunked = None
@@ -298,11 +295,8 @@ def simulate(sp, pb, tr, order, isl, osl, concurrency, pool_pages, page=16, chun
             q.comp += 1
             q.output_ids.append(0)
             if len(q.output_ids) >= q.sampling_params.max_new_tokens:
-                _finish(q, alloc, done, step)
+                issue = _finish(q, alloc, done, step, issue, n, arrivals)
                 finished += 1
-                if issue < n:
-                    arrivals.append(issue)
-                    issue += 1
                 full = False
                 continue
             keep_running.append(r)
@@ -310,10 +304,15 @@ def simulate(sp, pb, tr, order, isl, osl, concurrency, pool_pages, page=16, chun
     return {"admitted": admitted, "first": first, "done": done, "retracted": retracted, "steps": step}
 
 
-def _finish(q, alloc, done, step):
+def _finish(q, alloc, done, step, issue, n, arrivals):
+    """A request leaves: its pages go back; its client issues the next request (joining next step)."""
     alloc.used -= q.pages
     q.pages = 0
     done[q.rid] = step
+    if issue < n:
+        arrivals.append(issue)
+        issue += 1
+    return issue
 
 
 CASES = [
