@@ -244,11 +244,8 @@ def simulate(sp, pb, tr, order, isl, osl, concurrency, pool_pages, page=16, chun
                     if first[r] == 0:
                         first[r] = step
                     if len(q.output_ids) >= q.sampling_params.max_new_tokens:
-                        _finish(q, alloc, done, step)
+                        issue = _finish(q, alloc, done, step, issue, n, arrivals)
                         finished += 1
-                        if issue < n:
-                            arrivals.append(issue)
-                            issue += 1
                         full = False
                         if r == chunked:
                             chunked = None
@@ -298,11 +295,8 @@ def simulate(sp, pb, tr, order, isl, osl, concurrency, pool_pages, page=16, chun
             q.comp += 1
             q.output_ids.append(0)
             if len(q.output_ids) >= q.sampling_params.max_new_tokens:
-                _finish(q, alloc, done, step)
+                issue = _finish(q, alloc, done, step, issue, n, arrivals)
                 finished += 1
-                if issue < n:
-                    arrivals.append(issue)
-                    issue += 1
                 full = False
                 continue
             keep_running.append(r)
@@ -310,10 +304,15 @@ def simulate(sp, pb, tr, order, isl, osl, concurrency, pool_pages, page=16, chun
     return {"admitted": admitted, "first": first, "done": done, "retracted": retracted, "steps": step}
 
 
-def _finish(q, alloc, done, step):
+def _finish(q, alloc, done, step, issue, n, arrivals):
+    """A request leaves: its pages go back; its client issues the next request (joining next step)."""
     alloc.used -= q.pages
     q.pages = 0
     done[q.rid] = step
+    if issue < n:
+        arrivals.append(issue)
+        issue += 1
+    return issue
 
 
 CASES = [
@@ -322,6 +321,8 @@ CASES = [
      "ignore_eos": False},
     {"name": "c8-isl1024-osl512-ignore-eos", "concurrency": 8, "isl": [1024] * 24, "osl": [512] * 24,
      "pages": 400, "ignore_eos": True},
+    {"name": "c12-isl1000-osl700-ignore-eos", "concurrency": 12, "isl": [1000] * 36, "osl": [700] * 36,
+     "pages": 500, "ignore_eos": True},
     {"name": "c16-isl2048-osl300-ratio", "concurrency": 16, "isl": [2048] * 40, "osl": [300] * 40, "pages": 900,
      "ignore_eos": False},
     {"name": "c24-isl2048-osl800-ratio-retracts", "concurrency": 24, "isl": [2048] * 48, "osl": [800] * 48,
@@ -329,6 +330,18 @@ CASES = [
     {"name": "c6-isl12000-osl64-ratio-chunked", "concurrency": 6, "isl": [12000] * 12, "osl": [64] * 12,
      "pages": 3000, "ignore_eos": False},
 ]
+
+
+def random_case(seed: int, concurrency: int, n: int, pages: int) -> dict:
+    """Prompts of 256-2032 tokens (whole pages) and 50-1999 outputs, seeded: clients out of step,
+    so admissions meet a decayed new_token_ratio and decodes get retracted."""
+    import random
+
+    rng = random.Random(seed)
+    isl = [rng.randrange(16, 128) * 16 for _ in range(n)]
+    osl = [rng.randrange(50, 2000) for _ in range(n)]
+    return {"name": f"random{seed}-c{concurrency}-ratio", "concurrency": concurrency, "isl": isl, "osl": osl,
+            "pages": pages, "ignore_eos": False}
 
 
 def trace_case(n: int = 200, concurrency: int = 16, pages: int = 8000) -> dict:
@@ -348,7 +361,7 @@ def main() -> None:
     args = ap.parse_args()
     sp, pb, tr, order = load(args.sglang)
     out = {"sglang": "0.5.23", "page_size": 16, "chunked_prefill_size": 8192, "cases": []}
-    for case in [*CASES, trace_case()]:
+    for case in [*CASES, random_case(1, 32, 120, 1500), random_case(2, 24, 120, 1000), trace_case()]:
         res = simulate(sp, pb, tr, order, case["isl"], case["osl"], case["concurrency"], case["pages"],
                        ignore_eos=case["ignore_eos"])
         out["cases"].append({**case, **res})

@@ -457,6 +457,12 @@ def _keep_trace_block_tokens(ctx, param, value):
 @click.option("--prefill-alone/--mixed-batches", "prefill_first", default=False, show_default=True,
               help="SGLang's batches (its enable_mixed_chunk off): a step with prefill work runs it alone and the "
                    "decodes wait; --mixed-batches is vLLM's (decodes and prefill chunks in one step).")
+@click.option("--sglang-admission/--vllm-admission", "sglang_admission", default=False, show_default=True,
+              help="--engine sglang: SGLang's PrefillAdder admission (the running requests' future outputs "
+                   "reserved, x new_token_ratio unless --ignore-eos) and its retraction of decodes.")
+@click.option("--ignore-eos", "sglang_ignore_eos", is_flag=True, default=False,
+              help="With --sglang-admission: the requests are ignore_eos (fixed-length benchmarks); SGLang then "
+                   "reserves their whole remaining output.")
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
               help="Token budget per scheduler step.")
 @click.option("--max-num-seqs", type=click.IntRange(min=1), default=256, show_default=True,
@@ -512,7 +518,8 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
                threshold=False, threshold_windows=None, instances=None, routing=None, cache_threshold=0.5,
                router_ttl="120s", load_window="60s", balance_abs=32, balance_rel=1.0001, concurrency=None, isl=None,
                osl=None, requests=None, weight_dtype=None, kv_dtype=None, tp=None, reserve_full_isl=True, gpu=None,
-               gpu_memory_utilization=0.9, allow_oversized_pool=False, prefill_first=False) -> None:
+               gpu_memory_utilization=0.9, allow_oversized_pool=False, prefill_first=False, sglang_admission=False,
+               sglang_ignore_eos=False) -> None:
     """Serve TRACE's requests through a serving engine: arrivals at their timestamps, continuous batching,
     chunked prefill, the engine's prefix-cache rules, the policy ordering the evictable blocks."""
     replays = check_early(engine, policy_text, capacity_text, rate_scale)
@@ -520,7 +527,8 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
     config = replay_config(engine, policy_text, capacity_text, kv_block_tokens, rate_scale, max_num_batched_tokens,
                            max_num_seqs, calibration, model_name, seed, window_s, threshold, threshold_windows,
                            weight_dtype, kv_dtype, tp, gpu, gpu_memory_utilization, allow_oversized_pool,
-                           concurrency, reserve_full_isl, prefill_first=prefill_first)
+                           concurrency, reserve_full_isl, prefill_first=prefill_first,
+                           sglang_admission=sglang_admission, sglang_ignore_eos=sglang_ignore_eos)
     from sitsprof.policies.serving.summary import replay_document, replay_table
 
     rb = None
@@ -551,7 +559,8 @@ def replay_cmd(trace_path, engine, policy_text, capacity_text, kv_block_tokens, 
 def replay_config(engine, policy_text, capacity_text, kv_block_tokens, rate_scale, max_num_batched_tokens,
                   max_num_seqs, calibration, model_name, seed, window_s, threshold, threshold_windows, weight_dtype,
                   kv_dtype, tp, gpu, gpu_memory_utilization, allow_oversized_pool, concurrency=None,
-                  reserve_full_isl=True, prefill_first=False, **_unused):
+                  reserve_full_isl=True, prefill_first=False, sglang_admission=False, sglang_ignore_eos=False,
+                  **_unused):
     """The one ReplayConfig of `policy replay` (and `policy plan`), built at the edge from the
     options: the engine, the model (a preset or a config.json, at its precisions and TP), the
     pool, the arrivals; everything below reads this one object."""
@@ -565,7 +574,8 @@ def replay_config(engine, policy_text, capacity_text, kv_block_tokens, rate_scal
         calibration=calibration, capacities=capacity_text, gpu=gpu and gpu.lower(),
         gpu_memory_utilization=gpu_memory_utilization, allow_oversized_pool=allow_oversized_pool,
         rate_scale=rate_scale, concurrency=concurrency, seed=seed, policies=policy_text,
-        reserve_full_isl=reserve_full_isl, prefill_first=prefill_first, window_s=window_s,
+        reserve_full_isl=reserve_full_isl, prefill_first=prefill_first, sglang_admission=sglang_admission,
+        sglang_ignore_eos=sglang_ignore_eos, window_s=window_s,
         threshold=threshold or threshold_windows is not None,
         sits={"threshold_windows": threshold_windows} if threshold_windows else None,
     ).checked()

@@ -40,6 +40,7 @@ def small_requests(tmp_path_factory):
 @pytest.mark.parametrize("args", [
     ["-p", "all", "-c", "100,800", "--rate-scale", "8", "--max-num-seqs", "3", "--max-num-batched-tokens", "512"],
     ["--engine", "sglang", "-p", "lru", "-c", "300", "--rate-scale", "4", "--max-num-seqs", "4"],
+    ["--engine", "sglang", "-p", "lru", "-c", "150", "--rate-scale", "4", "--prefill-alone", "--sglang-admission"],
 ])
 def test_interpreted_replay_is_the_compiled_one_without_numba(cli, small_requests, args):
     argv = ["policy", "replay", str(small_requests), *args, "--json"]

@@ -19,12 +19,15 @@ What differs from the vLLM replay (validate.py), each from SGLang 0.5.x's own de
   ``sglang_profiles``: DeepGEMM block fp8, sgl-kernel fp8, torch bf16, SGLang's custom all-reduce
   with CUDA graphs up to ``cuda_graph_max_bs``, its fused Triton MoE, FlashAttention-3).
 
-What stays vLLM's, and so is the residual difference from SGLang's scheduler: admission checks the
-whole prompt's blocks against the free pool (vLLM's rule) where SGLang's PrefillAdder reserves
-``new_token_ratio`` x the running requests' remaining outputs (init 0.7, decaying); it matters only
-when the pool binds, which it does not for the rows replayed here (docs/VALIDATION.md). The
-overlap scheduler (CPU scheduling of the next batch hidden under the current one) is not modelled
-beyond the per-step overhead, which stays validate.PROFILED_OVERHEAD_S (fitted on vLLM's H200 rows).
+* **Admission**: SGLang's PrefillAdder (ReplayConfig.sglang_admission, sglang_admission.py): a
+  request is admitted when its prompt, its outputs and the running requests' remaining outputs
+  fit (outputs reserved whole: the benchmark's requests are ignore_eos, SGLANG_IGNORE_EOS), and
+  decodes are retracted when the pool runs out; checked against SGLang's own code
+  (tests/test_serving_sglang_admission.py).
+
+What stays outside: the overlap scheduler (CPU scheduling of the next batch hidden under the
+current one) is not modelled beyond the per-step overhead, which stays
+validate.PROFILED_OVERHEAD_S (fitted on vLLM's H200 rows).
 """
 from __future__ import annotations
 
@@ -34,6 +37,11 @@ SGLANG_CHUNKED_PREFILL = 8192
 #: 4-160 clients); 1024 keeps the replay's bound out of the way as in validate.py
 SGLANG_MAX_RUNNING = 1024
 GIB = 2**30
+#: the benchmark's requests are ignore_eos: every row's output is exactly its OSL, which is how a
+#: fixed-length serving benchmark asks for it (SGLang's bench_serving sends ignore_eos unless
+#: --disable-ignore-eos: python/sglang/benchmark/serving.py:289-317); SGLang then reserves a
+#: running request's whole remaining output (ratio 1)
+SGLANG_IGNORE_EOS = True
 
 
 def sglang_reserved_bytes(memory_bytes: int, tp: int) -> float:
@@ -56,4 +64,4 @@ def sglang_pool_blocks(spec, system, tp: int, block_tokens: int = 16) -> int:
 def sglang_engine(tp: int) -> dict:
     """The ReplayConfig fields of an SGLang run (module docstring)."""
     return {"engine": "sglang", "prefill_first": True, "max_num_batched_tokens": SGLANG_CHUNKED_PREFILL,
-            "max_num_seqs": SGLANG_MAX_RUNNING}
+            "max_num_seqs": SGLANG_MAX_RUNNING, "sglang_admission": True, "sglang_ignore_eos": SGLANG_IGNORE_EOS}
