@@ -1,15 +1,39 @@
 """`sitsprof calibrate` and `sitsprof report`: wiring only (the work is in sitsprof.reports)."""
 from __future__ import annotations
 
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
+
+#: `-o -`: the file goes to standard output (as `policy simulate --json -` users expect)
+STDOUT = Path("-")
+
+
+@contextmanager
+def _output(output: Path, name: str):
+    """The path to write: `output`, or for `-` a temporary file whose bytes are then copied to
+    standard output (checked like any result: a full disk is one line, exit 2); the summary line
+    goes to stderr then, so stdout holds the document alone."""
+    if output != STDOUT:
+        yield output, False
+        return
+    with tempfile.TemporaryDirectory(prefix="sitsprof-out-") as folder:
+        path = Path(folder) / name
+        yield path, True
+        with path.open(encoding="utf-8") as src:  # text through sys.stdout: its writes are the checked ones
+            shutil.copyfileobj(src, sys.stdout)
+        sys.stdout.flush()
 
 
 @click.command("calibrate")
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("calibration.json"), show_default=True, help="Calibration file to write (schema v1).")
+              default=Path("calibration.json"), show_default=True,
+              help="Calibration file to write (schema v1); - for standard output.")
 @click.option("--allow-incomplete", is_flag=True,
               help="Write what an unfinished or partial run has (the missing parts are recorded in the file).")
 @click.option("--name", default=None,
@@ -18,10 +42,12 @@ def calibrate_cmd(run_dir: Path, output: Path, allow_incomplete: bool, name: str
     """Fill a calibration file from a measured RUN_DIR (refuses incomplete runs unless told)."""
     from sitsprof.reports.fromrun import calibrate
 
-    path, cal = calibrate(run_dir, output, allow_incomplete=allow_incomplete, name=name)
+    with _output(output, "calibration.json") as (target, to_stdout):
+        path, cal = calibrate(run_dir, target, allow_incomplete=allow_incomplete, name=name)
     hbm = cal["latency"]["hbm"]["quantiles"]
-    click.echo(f"wrote {path} ({cal['name']}: HBM p50 {hbm['p50']:.0f} cycles at {cal['clocks']['sm_mhz']:.0f} MHz, "
-               f"HBM read {cal['bandwidth']['hbm_read_gbs']:.0f} GB/s)")
+    click.echo(f"wrote {'standard output' if to_stdout else path} ({cal['name']}: HBM p50 {hbm['p50']:.0f} cycles "
+               f"at {cal['clocks']['sm_mhz']:.0f} MHz, HBM read {cal['bandwidth']['hbm_read_gbs']:.0f} GB/s)",
+               err=to_stdout)
     if cal.get("synthetic"):
         click.echo(f"  {cal['label']} (provenance.kind synthetic, measured: false)", err=True)
     for part in cal["provenance"].get("incomplete", []):
@@ -31,7 +57,8 @@ def calibrate_cmd(run_dir: Path, output: Path, allow_incomplete: bool, name: str
 @click.command("report")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("report.html"), show_default=True, help="HTML file to write (self-contained).")
+              default=Path("report.html"), show_default=True,
+              help="HTML file to write (self-contained); - for standard output.")
 @click.option("--policy-results", type=click.Path(dir_okay=False, exists=True, path_type=Path), multiple=True,
               help="JSON from the policy engine (`policy simulate/mrc/replay --json`) to add; repeat it for "
                    "several files, each its own section.")
@@ -41,9 +68,11 @@ def report_cmd(run_dirs: tuple[Path, ...], output: Path, policy_results: tuple[P
     """Write one self-contained HTML report for RUN_DIR... (several runs: a fleet comparison)."""
     from sitsprof.reports.report import write_report
 
-    path = write_report(run_dirs, output, policy_results_path=policy_results or None, detail_limit=detail_limit)
-    size = path.stat().st_size / 1e6
-    click.echo(f"wrote {path} ({size:.1f} MB, {len(run_dirs)} run{'s' if len(run_dirs) > 1 else ''})")
+    with _output(output, "report.html") as (target, to_stdout):
+        path = write_report(run_dirs, target, policy_results_path=policy_results or None, detail_limit=detail_limit)
+        size = path.stat().st_size / 1e6
+    click.echo(f"wrote {'standard output' if to_stdout else path} ({size:.1f} MB, {len(run_dirs)} "
+               f"run{'s' if len(run_dirs) > 1 else ''})", err=to_stdout)
 
 
 COMMANDS = [calibrate_cmd, report_cmd]

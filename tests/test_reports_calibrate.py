@@ -90,3 +90,34 @@ def test_negative_fast_hits_fold_into_a_valid_histogram():
     edges, counts = nonnegative_histogram(dist.hist_edges, dist.hist_counts)
     assert edges[0] == 0.0 and sum(counts) == values.size and len(edges) == len(counts) + 1
     _histogram({"edges": edges, "counts": counts}, "latency.l1.histogram")  # schema v1 accepts it
+
+
+def test_cli_dash_writes_the_document_to_stdout(runs, tmp_path, capsys, monkeypatch):
+    """`-o -` is standard output, as users of `--json` pipes expect (it wrote a file named '-'):
+    stdout holds the document alone, the summary line goes to stderr, no file is left behind."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["calibrate", str(runs["full"]), "-o", "-"]) == 0
+    out, err = capsys.readouterr()
+    doc = validate_calibration(json.loads(out))
+    to_file = load_calibration(calibrate(runs["full"], tmp_path / "c.json")[0])
+    for d in (doc, to_file):
+        d["provenance"].pop("created_at")
+    assert doc == to_file
+    assert err.startswith("wrote standard output") and not (tmp_path / "-").exists()
+    assert main(["report", str(runs["full"]), "-o", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert out.lstrip().lower().startswith("<!doctype html") and out.rstrip().endswith("</html>")
+    assert err.startswith("wrote standard output") and not (tmp_path / "-").exists()
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_cli_dash_onto_a_full_stdout_is_one_line(runs):
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "sitsprof.cli.main", "calibrate", str(runs["full"]), "-o", "-"],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "standard output" in lines[0] and "Traceback" not in done.stderr
