@@ -6,11 +6,13 @@ a run cut into windows (`ReplayRun.advance`) is the one-call run, request for re
 windows a driver may change the evictor (adaptive.py: SITS and the threshold engine).
 
 Each step (vLLM v1 `Scheduler.schedule`, FCFS):
-1. Requests that arrived by now (trace time / rate scale) join the back of the waiting queue;
-   one that needs more blocks than the pool has (ceil((prompt + output - 1) / block_tokens),
-   the KV it holds at its end) is REJECTED: counted, never scheduled. One request at a time
-   (RULE_SERIAL, --rate-scale <= SERIAL_RATE_SCALE): a request joins only when nothing runs
-   or waits, so same-time arrivals are served one after another.
+1. Requests that arrived by now (trace time / rate scale; a closed-loop request its send plus
+   its frontend delay, workload.py, so requests sent together may join out of index order)
+   join the back of the waiting queue; one that needs more blocks than the pool has
+   (ceil((prompt + output - 1) / block_tokens), the KV it holds at its end) is REJECTED:
+   counted, never scheduled. One request at a time (RULE_SERIAL, --rate-scale <=
+   SERIAL_RATE_SCALE): a request joins only when nothing runs or waits, so same-time arrivals
+   are served one after another.
 2. Running requests, oldest first, each get their next tokens: the rest of the prompt (and of
    any output recomputed after a preemption), chunked to the step's token budget
    (`max_num_batched_tokens`), else one decode token. Their new blocks are allocated; when
