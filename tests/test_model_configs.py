@@ -177,3 +177,41 @@ def test_replay_refuses_a_sliding_window_config(tmp_path, capsys):
     assert main(["policy", "replay", str(trace), "--model", str(GPT_OSS)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sliding" in err[0], err
+
+
+# the hf_quant_config.json nvidia/Llama-3.1-70B-Instruct-FP8 ships (aiconfigurator-core 0.12.0's copy)
+MODELOPT_FP8_KV = {"producer": {"name": "modelopt", "version": "0.23.0"},
+                   "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}}
+
+
+def test_kv_dtype_auto_follows_a_modelopt_checkpoint(tmp_path):
+    """`--kv-dtype auto` is vLLM's resolution (0.14 and later): a ModelOpt checkpoint that names an
+    fp8 KV cache gets one (1 byte a KV element), its weights are fp8; a block-fp8 config (Qwen's,
+    MiniMax's: quant_method fp8, no KV scheme) and a ModelOpt one without a KV algorithm keep 16 bits."""
+    fp8_kv = 2 * 32 * 8 * 128 * 1  # K and V x layers x KV heads x head_dim x 1 byte
+    fp8_weights = get_model(LLAMA, dtype="fp8").weight_bytes
+    # aiconfigurator's naming: <name>_hf_quant_config.json beside <name>_config.json
+    side = tmp_path / "aic"
+    side.mkdir()
+    (side / "nvidia--Llama-3.1-8B-Instruct-FP8_config.json").write_text(json.dumps(cfg(LLAMA)))
+    (side / "nvidia--Llama-3.1-8B-Instruct-FP8_hf_quant_config.json").write_text(json.dumps(MODELOPT_FP8_KV))
+    spec = from_hf_config(side / "nvidia--Llama-3.1-8B-Instruct-FP8_config.json")
+    assert (spec.kv_dtype, spec.kv_bytes_per_token, spec.dtype) == ("fp8", fp8_kv, "fp8")
+    assert spec.weight_bytes == fp8_weights
+    # Hugging Face's layout: hf_quant_config.json beside config.json
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps(cfg(LLAMA)))
+    (hf / "hf_quant_config.json").write_text(json.dumps(MODELOPT_FP8_KV))
+    assert get_model(hf / "config.json").kv_bytes_per_token == fp8_kv
+    assert get_model(hf / "config.json", kv_dtype="bf16").kv_bytes_per_token == 2 * fp8_kv  # explicit wins
+    # in config.json (ModelOpt 0.31+ style), the KV scheme as compressed-tensors writes it
+    scheme = {"quant_method": "modelopt", "quant_algo": "FP8",
+              "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"}}
+    for q, kv in ((scheme, fp8_kv), ({**scheme, "kv_cache_scheme": None}, 2 * fp8_kv),
+                  ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, 2 * fp8_kv),
+                  ({**MODELOPT_FP8_KV, "quantization": {"quant_algo": "FP8"}}, 2 * fp8_kv)):
+        p = tmp_path / "one_config.json"
+        p.write_text(json.dumps({**cfg(LLAMA), "quantization_config": q}))
+        spec = from_hf_config(p)
+        assert (spec.kv_bytes_per_token, spec.dtype) == (kv, "fp8"), q

@@ -32,8 +32,11 @@ A `config.json` (`--model PATH`, a file or the folder holding it) is read by `fr
   token only).
 - **Precision**: weights at ``--dtype`` (default: fp8 when the config's quantization_config is
   fp8, else its torch_dtype), except the embeddings, LM head, norms and routers, which fp8
-  checkpoints and vLLM's fp8 quantization keep at 16 bits; KV at ``--kv-dtype`` (default: the
-  model's 16-bit dtype, vLLM's ``kv_cache_dtype=auto``).
+  checkpoints and vLLM's fp8 quantization keep at 16 bits; KV at ``--kv-dtype`` (default
+  ``auto`` as vLLM resolves it, `_checkpoint_kv_dtype`: fp8 where a ModelOpt checkpoint says its
+  KV cache is fp8, else the model's 16-bit dtype). A ModelOpt ``hf_quant_config.json`` beside the
+  config.json (``<name>_hf_quant_config.json`` beside ``<name>_config.json`` in
+  aiconfigurator's naming) is read as its quantization_config when the config has none.
 - **Refused with one line** (not modelled): sliding-window attention, hybrid layers (linear
   attention, Mamba, chunked or mixed ``layer_types``), sparse attention with an indexer
   (DeepSeek V3.2, GLM-5: ``index_topk``), and quantizations other than fp8 unless ``--dtype``
@@ -267,13 +270,69 @@ def load_hf_config(path) -> dict:
     if not isinstance(raw, dict):
         raise UnknownModelError(f"--model {path}: a config.json holds one JSON object; this holds "
                                 f"{type(raw).__name__}")
+    cfg = raw
     if isinstance(raw.get("text_config"), dict):  # multimodal wrappers: the language model's config
         cfg = dict(raw["text_config"])
         for key in ("torch_dtype", "quantization_config", "tie_word_embeddings"):
             if key not in cfg and key in raw:
                 cfg[key] = raw[key]
-        return cfg
-    return raw
+    if cfg.get("quantization_config") is None:
+        # ModelOpt 0.29 and before write the quantization config to a separate hf_quant_config.json,
+        # which vLLM then takes as the quantization_config (vllm 0.14.0
+        # vllm/transformers_utils/config.py:686-696; 0.12.0: 612-622)
+        side = path.with_name("hf_quant_config.json" if path.name == "config.json"
+                              else path.name[: -len("config.json")] + "hf_quant_config.json")
+        if path.name.endswith("config.json") and side.is_file():
+            try:
+                quant = read_json_file(side)
+            except JsonFileError as exc:
+                raise UnknownModelError(f"--model {path}: {side.name}: {exc.problem}") from None
+            if isinstance(quant, dict):
+                cfg = {**cfg, "quantization_config": quant}
+    return cfg
+
+
+#: ModelOpt's FP8 algorithms for the weights (vllm 0.14.0
+#: vllm/transformers_utils/model_arch_config_convertor.py:146-160, which names them "modelopt")
+_MODELOPT_FP8 = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO")
+
+
+def _modelopt_method(q: dict) -> str:
+    """The quant_method vLLM gives a quantization_config: a ModelOpt producer's nested
+    ``quantization.quant_algo`` makes it "modelopt" / "modelopt_fp4" (the convertor cited above)."""
+    method = str(q.get("quant_method", "")).lower()
+    producer = q.get("producer")
+    inner = q.get("quantization")
+    if isinstance(producer, dict) and producer.get("name") == "modelopt" and isinstance(inner, dict):
+        algo = str(inner.get("quant_algo", "")).upper()
+        if algo in _MODELOPT_FP8:
+            return "modelopt"
+        if algo == "NVFP4":
+            return "modelopt_fp4"
+    return method
+
+
+def _checkpoint_kv_dtype(cfg: dict) -> str | None:
+    """The KV dtype ``kv_cache_dtype=auto`` resolves to from the checkpoint: "fp8" where a ModelOpt
+    quantization_config names an fp8 KV cache (``kv_cache_scheme`` / ``kv_cache_quant_algo``, at its
+    top level or under ``quantization``), else None (the model's dtype).
+
+    vLLM does this from 0.14.0 (vllm/utils/torch_utils.py:239-319, `get_kv_cache_quant_algo_string`
+    and `resolve_kv_cache_dtype_string`, called for the CacheConfig at vllm/engine/arg_utils.py:1398);
+    0.12.0 and 0.13.0 do not: their CacheConfig takes ``--kv-cache-dtype`` as given
+    (vllm 0.12.0 vllm/engine/arg_utils.py:1397) and ``auto`` is the model's dtype
+    (vllm/utils/torch_utils.py:196-201). Only ModelOpt configs are read; a plain fp8 config
+    (``quant_method: fp8``, Qwen's and MiniMax's block fp8) keeps a 16-bit KV cache."""
+    q = cfg.get("quantization_config")
+    if not isinstance(q, dict) or not _modelopt_method(q).startswith("modelopt"):
+        return None
+    inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else q
+    kv = (inner.get("kv_cache_scheme") or q.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
+          or q.get("kv_cache_quant_algo"))
+    if isinstance(kv, dict):
+        fp8 = kv.get("dynamic") is False and kv.get("num_bits") == 8 and kv.get("type") == "float"
+        return "fp8" if fp8 else None
+    return "fp8" if isinstance(kv, str) and kv.lower() == "fp8" else None
 
 
 def _refusal(cfg: dict) -> str | None:
@@ -333,6 +392,8 @@ def _weight_dtype(cfg: dict, path) -> str | None:
     if isinstance(q, dict):
         method = str(q.get("quant_method", "")).lower()
         algo = str(q.get("quant_algo", "")).lower()
+        if _modelopt_method(q) == "modelopt":
+            return "fp8"
         if method == "fp8" or algo == "fp8" or (method == "compressed-tensors" and "float-quantized" in
                                                  str(q.get("format", ""))):
             return "fp8"
@@ -428,7 +489,7 @@ def from_hf_config(path, dtype: str | None = None, kv_dtype: str | None = None, 
         raise UnknownModelError(f"--model {path}: weights quantized as {method}, which is not modelled; add "
                                 "--dtype fp8 or --dtype bf16 to price the weights at that width")
     base = _TORCH_DTYPES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))).lower(), "bf16")
-    kdtype = kv_dtype if kv_dtype not in (None, "auto") else base
+    kdtype = kv_dtype if kv_dtype not in (None, "auto") else (_checkpoint_kv_dtype(cfg) or base)
     spec = ModelPreset(
         name=name or _name_from_path(path), layers=n_layers, kv_heads=kv_heads_eff, head_dim=head_dim,
         kv_elems_per_token_layer=kv_elems, dtype_bytes=_dtype_bytes(wdtype, "--dtype"),
