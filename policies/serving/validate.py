@@ -17,7 +17,8 @@ What "as it ran" takes, and where each figure comes from:
   paths of the table read the config of the same architecture under another name
   (`CONFIG_ALIASES`). Precision ``fp8`` prices weights at 1 byte (vLLM's fp8 keeps the
   embeddings, LM head and norms at 16 bits); an empty precision is the config's dtype; KV is
-  vLLM's ``kv_cache_dtype=auto`` (the model's 16-bit dtype).
+  vLLM's ``kv_cache_dtype=auto``, the model's 16-bit dtype for every row (no row's config is a
+  ModelOpt one naming an fp8 KV cache, and 0.12.0 ignores that anyway: docs/VALIDATION.md).
 * **The system** (`SYSTEMS`): HBM capacity and datasheet bandwidth of the H100 SXM and H200
   SXM (NVIDIA datasheets). The calibration (its figures, its loaded-latency curve) is taken as
   measured on its own device and its bandwidths are scaled to the row's system by the
