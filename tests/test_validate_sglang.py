@@ -17,15 +17,56 @@ from sitsprof.policies.serving.silicon import SiliconRow
 EXCERPT = Path(__file__).parent / "data" / "silicon_excerpt.csv"
 
 
-def test_sglang_pool_by_hand():
-    spec = from_hf_config(v.config_path("Qwen/Qwen3-32B"), dtype=None, tp=2)
+def _pool_by_hand(model, tp, memory_mib, fraction, dtype=None):
+    """The pool in 16-token blocks as SGLang's profile_max_num_token gives it, with the whole GPU
+    free at start: free * mem_fraction_static - weights, in whole tokens."""
+    spec = from_hf_config(v.config_path(model), dtype=dtype, tp=tp)
+    rest = memory_mib * 2**20 * fraction - spec.weight_bytes_per_gpu
+    return spec, int(rest // spec.kv_bytes_per_token_per_gpu) // 16
+
+
+@pytest.mark.parametrize("model, system, tp, version, reserved_mib, fraction", [
+    # 0.5.8.post1 server_args.py:988-1031 on an H100 (81559 MiB), TP 1: 512 + 8192 x 1.5 +
+    # 256 x 2 + 1/8 x 1024 = 13440 MiB; (81559 - 13440) / 81559 = 0.83521 -> 0.835
+    ("Qwen/Qwen3-32B", "h100_sxm", 1, "0.5.8.post1", 13440, 0.835),
+    # 0.5.1.post1 server_args.py:374-376 on an H100, TP 4: (9.5 + 4/2) GiB = 11776 MiB; 0.85561 -> 0.856
+    ("Qwen/Qwen3-32B", "h100_sxm", 4, "0.5.1.post1", 11776, 0.856),
+    # 0.5.1.post1, TP 2: (9.5 + 1) GiB = 10752 MiB; 0.86817 -> 0.868
+    ("Qwen/Qwen3-32B", "h100_sxm", 2, "0.5.1.post1", 10752, 0.868),
+    # 0.5.6.post2 server_args.py:848-890 on an H200 (143771 MiB), TP 8: 512 + 12288 + 512 x 2 +
+    # 8/8 x 1024 = 14848 MiB; 0.89672 -> 0.897
+    ("meta-llama/Llama-3.1-8B-Instruct", "h200_sxm", 8, "0.5.6.post2", 14848, 0.897),
+    # 0.5.6.post2, TP 2: 512 + 12288 + 256 x 2 + 256 = 13568 MiB; 0.90563 -> 0.906
+    ("Qwen/Qwen3-235B-A22B-FP8", "h200_sxm", 2, "0.5.6.post2", 13568, 0.906),
+])
+def test_sglang_pool_by_hand(model, system, tp, version, reserved_mib, fraction):
+    sys_ = v.SYSTEMS[system]
+    mib = sys_.memory_bytes // 2**20
+    assert sg.sglang_reserved_mib(mib, tp, version) == reserved_mib
+    assert sg.sglang_mem_fraction_static(sys_.memory_bytes, tp, version) == fraction
+    spec, blocks = _pool_by_hand(model, tp, mib, fraction)
+    assert blocks > 0 and sg.sglang_pool_blocks(spec, sys_, tp, version) == blocks
+
+
+def test_the_rule_follows_the_release():
+    # Qwen3-32B at TP 1 on an H100: 0.5.8.post1's reserve (13.1 GiB) leaves a smaller pool than the
+    # 0.5.2 table's (9.5 + 1/2) GiB: about 3 GiB, 12k tokens of 256 KiB
+    spec = from_hf_config(v.config_path("Qwen/Qwen3-32B"), dtype=None, tp=1)
     h100 = v.SYSTEMS["h100_sxm"]
-    # 81559 MiB is below 90 GiB: SGLang reserves (9.5 + TP/2) GiB, the weights take the rest of the fraction
-    free = 81559 * 2**20 - (9.5 + 1) * 2**30 - spec.weight_bytes_per_gpu
-    assert sg.sglang_pool_blocks(spec, h100, 2) == int(free // (spec.kv_bytes_per_token_per_gpu * 16))
-    h200 = v.SYSTEMS["h200_sxm"]  # 140.4 GiB: (12 + TP/2) GiB
-    assert sg.sglang_reserved_bytes(h200.memory_bytes, 4) == 14 * 2**30
-    assert sg.sglang_reserved_bytes(200 * 2**30, 8) == 32 * 2**30
+    new, old = (sg.sglang_pool_blocks(spec, h100, 1, ver) for ver in ("0.5.8.post1", "0.5.2"))
+    assert 22_000 < new * 16 < 23_000 and 34_000 < old * 16 < 36_000
+    assert sg.sglang_reserved_mib(81559, 1, "0.5.2") == 10 * 1024
+    assert sg.sglang_reserved_mib(81559, 1, "0.5.3") == 13440
+    # a build without a release number is newer than every release read: the newest rule
+    assert sg.sglang_reserved_mib(143771, 4, "nightly-dev") == sg.sglang_reserved_mib(143771, 4, "0.5.8.post1") == 14336
+    assert sg.sglang_version("0.5.8.post1") == (0, 5, 8, 1) and sg.sglang_version("glm5-hopper") is None
+    # above 160 GiB: 0.5.1.post1's flat 32 GiB, the new rule's 16k chunk and 512 graphs
+    assert sg.sglang_reserved_mib(180 * 1024, 8, "0.5.1.post1") == 32 * 1024
+    assert sg.sglang_reserved_mib(180 * 1024, 8, "0.5.8.post1") == 512 + 16384 * 1.5 + 1024 + 1024
+    # a context held before the weights load shrinks the pool by the fraction of it
+    ctx = sg.sglang_pool_blocks(spec, h100, 1, "0.5.8.post1", context_bytes=2**30)
+    block = 16 * spec.kv_bytes_per_token_per_gpu
+    assert abs((new - ctx) * block - 0.835 * 2**30) < 2 * block
 
 
 def _row(backend="sglang", **kw):

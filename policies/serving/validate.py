@@ -282,7 +282,7 @@ def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed
         if backend == "sglang":
             from .sglang_validate import sglang_pool_blocks
 
-            blocks = sglang_pool_blocks(spec, system, row.tp)
+            blocks = sglang_pool_blocks(spec, system, row.tp, row.backend_version)
         else:
             blocks = pool_blocks(spec, system)
         need = -(-(row.isl + row.osl - 1) // BLOCK_TOKENS)
