@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from sitsprof.common.errors import SitsprofError
 
+__all__ = ["CalibrationError"]
+
 
 class CalibrationError(SitsprofError, ValueError):
     """A calibration file that is missing, unreadable or invalid; names the field."""

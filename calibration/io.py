@@ -13,6 +13,8 @@ from sitsprof.common.jsonin import JsonFileError, read_json_file
 from .errors import CalibrationError
 from .schema import validate_calibration
 
+__all__ = ["DATA_DIR", "REFERENCE", "load_calibration", "reference_path", "write_calibration"]
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 REFERENCE = "hopper-published"
 

@@ -45,6 +45,23 @@ from typing import Any
 
 from .errors import CalibrationError
 
+__all__ = [
+    "BANDWIDTH_KEYS",
+    "FIT_B_MAX",
+    "FIT_KEYS",
+    "FIT_U_MAX",
+    "LATENCY_UNITS",
+    "PROVENANCE_KINDS",
+    "QUANTILE_KEYS",
+    "RANGES",
+    "RESIDENCY_BOUNDS",
+    "RESIDENCY_NS_MAX",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "TIERS",
+    "validate_calibration",
+]
+
 SCHEMA = "sitsprof.calibration"
 SCHEMA_VERSION = 1
 TIERS = ("l1", "l2_near", "l2_far", "hbm", "tlb_miss")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+__all__ = ["build_aot"]
+
 
 def build_aot(policy_text: str, note: Callable[[str], None]) -> dict:
     """Build the module for the streamed policies among `policy_text` ("all": every one that

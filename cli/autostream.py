@@ -10,6 +10,8 @@ import click
 
 from .console import TRACE_READ_KEY
 
+__all__ = ["stream_on_its_own"]
+
 
 def stream_on_its_own(trace_path, fmt, policies, params, *, skip_bad_lines=False, events=False, jobs=None,
                       cluster=None) -> bool:

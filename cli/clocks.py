@@ -5,6 +5,8 @@ import click
 
 from sitsprof.common import jsonout
 
+__all__ = ["COMMANDS", "clocks", "lock", "reset", "show"]
+
 _SPEC_HELP = "max, base (default applications clock), tdp (NVML_CLOCK_LIMIT_ID_TDP) or MHz"
 
 

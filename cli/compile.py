@@ -5,6 +5,8 @@ import click
 
 from sitsprof.common import jsonout
 
+__all__ = ["COMMANDS", "compile_cmd"]
+
 
 @click.command("compile")
 @click.option("--policy", "-p", "policy_text", default="all", show_default=True,

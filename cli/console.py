@@ -12,6 +12,22 @@ import click
 
 from sitsprof.common import jsonout
 
+__all__ = [
+    "CALIBRATION_LABELS",
+    "COST_COLUMNS",
+    "TOKENS_COLUMN",
+    "TRACE_READ_KEY",
+    "calibration_label",
+    "cost_table",
+    "cost_title",
+    "emit_json",
+    "load_trace",
+    "progress_bar",
+    "results_table",
+    "run_with_progress",
+    "stdout_console",
+]
+
 #: "tok/s, 1 stream": output tokens per second of one request stream served back to back (no
 #: batching, no queueing), the cost model's figure until a serving replay gives the real one.
 TOKENS_COLUMN = "tok/s, 1 stream"

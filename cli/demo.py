@@ -13,6 +13,8 @@ import click
 from .console import cost_table, cost_title, progress_bar, results_table, stdout_console
 from .options import DURATION
 
+__all__ = ["COMMANDS", "demo", "what_was_written"]
+
 
 @click.command("demo")
 @click.option("--out", "out_dir", default="sitsprof-demo", show_default=True,

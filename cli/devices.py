@@ -5,6 +5,8 @@ import click
 
 from sitsprof.common import jsonout
 
+__all__ = ["COMMANDS", "devices"]
+
 
 def _mib(value) -> str:
     return "-" if value is None else f"{value / 2**20:,.0f} MiB"

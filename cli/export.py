@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+__all__ = ["COMMANDS", "export"]
+
 
 @click.command("export")
 @click.option("--port", type=int, default=9400, show_default=True, help="TCP port (dcgm-exporter's default).")

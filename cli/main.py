@@ -16,6 +16,8 @@ import sys
 
 import click
 
+__all__ = ["COMMAND_MODULES", "cli", "main"]
+
 # Each module listed here exposes COMMANDS, a list of click commands or groups.
 COMMAND_MODULES: list[str] = [
     "sitsprof.cli.policy",

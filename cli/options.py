@@ -12,6 +12,8 @@ import click
 
 from sitsprof.common.durations import DurationError, parse_duration
 
+__all__ = ["DURATION", "MILLISECONDS", "Duration", "Milliseconds", "calibration_option"]
+
 
 class Duration(click.ParamType):
     """Seconds from the one duration grammar; `positive` refuses zero, `minimum` (seconds) a

@@ -11,6 +11,8 @@ import click
 
 from .console import emit_json, load_trace
 
+__all__ = ["make_plan_cmd"]
+
 #: replay options that make no sense for a search over replica counts
 _LEFT_OUT = {"instances", "concurrency", "isl", "osl", "requests", "trace_path", "quiet"}
 

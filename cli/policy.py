@@ -25,6 +25,23 @@ from .replaying import add_verdict, check_early, followed, replay_extras, show
 from .sits import claims_cmd, serve_metrics
 from .validate import validate_cmd
 
+__all__ = [
+    "COMMANDS",
+    "DEFAULT_CAPACITIES",
+    "FORMAT_CHOICES",
+    "MODEL_DTYPES",
+    "MRC_HELP",
+    "REPLAY_POLICIES",
+    "generate_cmd",
+    "list_cmd",
+    "mrc_cmd",
+    "plan_cmd",
+    "policy_group",
+    "replay_cmd",
+    "replay_config",
+    "simulate_cmd",
+]
+
 FORMAT_CHOICES = ["mooncake", "bailian", "oracle", "csv", "requests"]
 DEFAULT_CAPACITIES = "1%,10%,50%"
 

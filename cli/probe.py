@@ -11,6 +11,8 @@ import sys
 
 import click
 
+__all__ = ["COMMANDS", "execute", "figures", "probe", "run"]
+
 _DEVICE_OPTS = [
     click.option("--device", "index", type=click.IntRange(min=0), default=0, show_default=True,
                  help="CUDA device index (NVML's order may differ: see cuda_index in `sitsprof devices --json`)."),

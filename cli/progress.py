@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 import click
 
+__all__ = ["replay_progress"]
+
 
 def _say(text: str) -> None:
     click.echo(f"sitsprof: {text}", err=True)

@@ -7,6 +7,8 @@ from sitsprof.common import jsonout
 
 from .options import DURATION
 
+__all__ = ["COMMANDS", "inspect", "record"]
+
 
 @click.command("record", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--duration", default=None, type=DURATION,

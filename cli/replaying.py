@@ -14,6 +14,8 @@ import math
 
 import click
 
+__all__ = ["EXTRAS_KEY", "add_verdict", "check_early", "extras", "followed", "replay_extras", "show"]
+
 #: ctx.meta key of the options `replay_extras` adds.
 EXTRAS_KEY = "sitsprof.replay_extras"
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+__all__ = ["COMMANDS", "STDOUT", "calibrate_cmd", "report_cmd"]
+
 #: `-o -`: the file goes to standard output (as `policy simulate --json -` users expect)
 STDOUT = Path("-")
 

@@ -13,6 +13,8 @@ import click
 from .console import load_trace, run_with_progress, stdout_console
 from .options import DURATION, calibration_option
 
+__all__ = ["COMMANDS", "claims_cmd", "serve_metrics"]
+
 
 @click.command("serve-metrics")
 @click.argument("trace_path", metavar="TRACE")

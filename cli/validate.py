@@ -9,6 +9,8 @@ import click
 
 from .console import load_trace
 
+__all__ = ["closed_loop_source", "validate_cmd", "validate_table"]
+
 
 def closed_loop_source(trace_path, fmt, skip_bad_lines, concurrency, isl, osl, requests, block_tokens, instances):
     """(trace, reblocked, path, fmt) of `policy replay`'s closed loop: the synthetic ISL/OSL

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+__all__ = ["clock_sync"]
+
 _KERNEL = r"""
 extern "C" __global__ void sitsprof_globaltimer(unsigned long long *out) {
     unsigned long long t;

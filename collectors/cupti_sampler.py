@@ -30,6 +30,8 @@ from sitsprof.pmu.cupti_pm import (
     image_samples,
 )
 
+__all__ = ["DEFAULT_PENDING_BYTES", "CuptiPmSampler"]
+
 DEFAULT_PENDING_BYTES = 64 * 1024 * 1024
 _NO_LOSS, _LOSS_PENDING, _BUFFER_EMPTIED = range(3)
 _MAX_ROUNDS = 64  # decodes per period when the image fills (COUNTER_DATA_FULL) before giving the period up

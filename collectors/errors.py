@@ -3,6 +3,16 @@ from __future__ import annotations
 
 from sitsprof.common.errors import SitsprofError
 
+__all__ = [
+    "CollectorError",
+    "DamagedTableError",
+    "DiskFullError",
+    "RunDirectoryError",
+    "RunWriteError",
+    "SamplerError",
+    "WorkloadFailed",
+]
+
 
 class CollectorError(SitsprofError, RuntimeError):
     """Base for user-facing collector errors."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 import socket
 import threading
 
+__all__ = ["LABELS", "NvmlCollector", "serve", "serve_until_interrupted"]
+
 # name, help
 _GAUGES = (
     ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."),

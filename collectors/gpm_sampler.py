@@ -12,6 +12,8 @@ from sitsprof.collectors.errors import SamplerError
 from sitsprof.collectors.sampler import PeriodicSampler
 from sitsprof.pmu.gpm import DEFAULT_INTERVAL_S, MIN_INTERVAL_S
 
+__all__ = ["GpmSampler", "check_interval"]
+
 
 def check_interval(interval_s: float) -> float:
     """`interval_s` if GPM can sample at it; else the one-line SamplerError (exit status 2)."""

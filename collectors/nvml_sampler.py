@@ -25,6 +25,8 @@ from sitsprof.collectors.sampler import PeriodicSampler
 from sitsprof.pmu.catalog import NVML_GROUPS
 from sitsprof.pmu.nvml import DRIVER_SERIES, driver_series, group_readers, nvml
 
+__all__ = ["DEFAULT_GROUPS", "SERIES_OF_GROUP", "NvmlSampler", "NvmlSeriesSampler"]
+
 _group_readers = group_readers  # the name bench/bench_nvml_sampler.py imports
 
 DEFAULT_GROUPS = ("clocks", "power", "temperature", "utilization", "event_reasons", "memory")

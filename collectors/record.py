@@ -24,6 +24,8 @@ from sitsprof.collectors.rundir import RunDirectory
 from sitsprof.common.procs import die_with_parent
 from sitsprof.common.signals import signals_deferred
 
+__all__ = ["check_workload", "record"]
+
 
 def _start_child() -> None:  # pragma: no cover - runs in the child
     """Its own process group (its pid), so the whole workload can be stopped at once; and on

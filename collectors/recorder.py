@@ -19,6 +19,8 @@ from sitsprof.collectors.errors import CollectorError, RunWriteError
 from sitsprof.collectors.rundir import RunDirectory, describe_exception
 from sitsprof.pmu.errors import PmuError
 
+__all__ = ["Recorder", "build_samplers"]
+
 _MAX_PENDING_ROWS = 100_000  # per sampler, kept in memory while writes fail (~1.5 min at 1 kHz)
 _MAX_ERRORS_KEPT = 20
 

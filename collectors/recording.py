@@ -23,6 +23,8 @@ from sitsprof.collectors.errors import RunWriteError
 from sitsprof.collectors.recorder import Recorder, build_samplers
 from sitsprof.collectors.rundir import RunDirectory
 
+__all__ = ["Recording", "recording"]
+
 if TYPE_CHECKING:
     from sitsprof.pmu.clocks import ClockSession
 

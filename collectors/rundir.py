@@ -38,6 +38,20 @@ from sitsprof.common.errors import SitsprofError
 from sitsprof.common.jsonin import JsonFileError, read_json_file
 from sitsprof.common.signals import Terminated, signals_deferred
 
+__all__ = [
+    "KINDS",
+    "META",
+    "RESERVE",
+    "SCHEMA_VERSION",
+    "RunDirectory",
+    "describe_exception",
+    "inspect_run",
+    "open_run",
+    "tool_version",
+    "utc_now",
+    "write_error",
+]
+
 SCHEMA_VERSION = 1
 KINDS = ("probe", "sampler")
 META = "meta.json"

@@ -15,6 +15,8 @@ from typing import Any
 
 from sitsprof.collectors.errors import SamplerError
 
+__all__ = ["PeriodicSampler"]
+
 _MAX_CONSECUTIVE_ERRORS = 50
 _TIMING_WINDOW = 200_000
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+__all__ = ["GroupWatchdog"]
+
 #: The watchdog itself: standard library only, signals of the terminal ignored (sitsprof stops
 #: the workload itself on Ctrl-C and then says "done").
 _CODE = r"""

@@ -39,6 +39,20 @@ import sys
 import threading
 from pathlib import Path
 
+__all__ = [
+    "DIR_ENV",
+    "ENV",
+    "FORMAT",
+    "MANIFEST",
+    "MODULE",
+    "enabled",
+    "find",
+    "folder",
+    "kernel_id",
+    "reset",
+    "source_key",
+]
+
 ENV = "SITSPROF_AOT"  # "0": never use the ahead-of-time module
 DIR_ENV = "SITSPROF_AOT_DIR"
 MODULE = "sitsprof_aot_kernels"

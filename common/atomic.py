@@ -15,6 +15,8 @@ from pathlib import Path
 
 from sitsprof.common.errors import OutputError
 
+__all__ = ["atomic_write", "atomic_write_text", "fsync_dir", "make_folder"]
+
 
 def fsync_dir(path: Path) -> None:
     """Make a rename in `path` durable; a folder that cannot be opened (some filesystems) is skipped."""

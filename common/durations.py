@@ -8,6 +8,8 @@ import re
 
 from .errors import SitsprofError
 
+__all__ = ["DurationError", "parse_duration"]
+
 _DURATION = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*(ns|us|ms|s|m|min|h)?\s*$", re.IGNORECASE)
 _SECONDS = {None: 1.0, "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 

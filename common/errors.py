@@ -8,6 +8,8 @@ from __future__ import annotations
 import errno
 import os
 
+__all__ = ["OutputError", "SitsprofError"]
+
 
 class SitsprofError(Exception):
     """A user-facing error: its message names the problem and the fix; the CLI exits with `exit_code`."""

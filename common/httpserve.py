@@ -33,6 +33,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
+__all__ = [
+    "BACKLOG",
+    "IDLE_TIMEOUT_S",
+    "MAX_CONNECTIONS",
+    "MAX_HEADER_BYTES",
+    "MAX_PENDING",
+    "MAX_PER_ADDRESS",
+    "BoundedWSGIServer",
+    "exposure_warning",
+    "is_loopback",
+    "serve_wsgi",
+    "start_metrics_server",
+    "url",
+]
+
 MAX_CONNECTIONS = 64
 IDLE_TIMEOUT_S = 10.0
 MAX_PENDING = 1024

@@ -34,6 +34,22 @@ from typing import Any
 
 from .errors import SitsprofError
 
+__all__ = [
+    "ENV",
+    "MODES",
+    "JitModeError",
+    "LazyKernel",
+    "allow_aot",
+    "compiled_yet",
+    "decide",
+    "interpreted",
+    "kernels",
+    "mode",
+    "njit",
+    "requested_mode",
+    "scope",
+]
+
 ENV = "SITSPROF_JIT"
 MODES = ("auto", "numba", "python")
 

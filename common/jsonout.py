@@ -13,6 +13,8 @@ import json
 import math
 from typing import Any
 
+__all__ = ["dumps", "finite"]
+
 
 def finite(obj: Any) -> Any:
     """`obj` with every non-finite float (NaN, +-inf, NumPy's too) replaced by None, recursively."""

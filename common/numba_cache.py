@@ -24,6 +24,8 @@ import os
 import sys
 from pathlib import Path
 
+__all__ = ["ENV", "LOCATORS", "LOCATORS_ENV", "OVERRIDE_ENV", "configure", "default_cache_dir", "user_cache_dir"]
+
 ENV = "NUMBA_CACHE_DIR"
 OVERRIDE_ENV = "SITSPROF_NUMBA_CACHE_DIR"
 LOCATORS_ENV = "NUMBA_CACHE_LOCATOR_CLASSES"

@@ -33,6 +33,8 @@ from pathlib import Path
 from numba.core import config
 from numba.core.caching import UserProvidedCacheLocator
 
+__all__ = ["PackageCacheLocator", "content_key"]
+
 
 class PackageCacheLocator(UserProvidedCacheLocator):
     """sitsprof kernels in ``$NUMBA_CACHE_DIR/<package>``; anything else: None (the next locator)."""

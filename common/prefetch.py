@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from .jit import LazyKernel
 
+__all__ = ["AHEAD", "prefetch"]
+
 #: How many references ahead kernels prefetch: far enough that the line arrives before its
 #: turn (an L3 or DRAM access is 50-300 cycles, a reference ~20-60), near enough that it is
 #: not evicted from L1 before then. 8 measured best of 4, 8, 16, 32, 64 for LFU and ARC.

@@ -18,6 +18,8 @@ import signal
 import sys
 import tempfile
 
+__all__ = ["PR_SET_PDEATHSIG", "die_with_parent", "private_tempdir", "remove_orphaned_tempdirs"]
+
 PR_SET_PDEATHSIG = 1
 
 

@@ -14,6 +14,8 @@ import signal
 import threading
 from contextlib import contextmanager
 
+__all__ = ["Terminated", "signals_deferred", "signals_ignored", "terminate_raises"]
+
 
 class Terminated(SystemExit):
     """Raised in the main thread by SIGTERM/SIGHUP; the exit status (`code`) is 128 + the signal

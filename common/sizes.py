@@ -7,6 +7,8 @@ import re
 
 from .errors import SitsprofError
 
+__all__ = ["GiB", "KiB", "MiB", "SizeError", "TiB", "format_size", "parse_size"]
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB

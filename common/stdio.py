@@ -19,6 +19,8 @@ from contextlib import contextmanager
 
 from sitsprof.common.errors import OutputError
 
+__all__ = ["NAME", "CheckedStream", "StdoutError", "checked_stdout", "discard_buffered", "finish"]
+
 NAME = "standard output"
 
 

@@ -5,6 +5,8 @@ import os
 
 from sitsprof.pmu.catalog import COUNTERS, NVML_GROUPS
 
+__all__ = ["capabilities", "clock_lock_capability", "device_entries"]
+
 
 def clock_lock_capability() -> dict:
     """NVML has no 'may I lock clocks' query; locking needs root, so root is what we check."""

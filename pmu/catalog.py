@@ -9,6 +9,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+__all__ = [
+    "BY_NAME",
+    "COUNTERS",
+    "DEFAULT_CUPTI_METRICS",
+    "GPM_METRIC_IDS",
+    "NVML_GROUPS",
+    "Counter",
+    "counters",
+    "lookup",
+]
+
 
 @dataclass(frozen=True)
 class Counter:

@@ -42,6 +42,20 @@ from sitsprof.pmu.lockstate import (
 )
 from sitsprof.pmu.nvml import handle, nvml, optional, text
 
+__all__ = [
+    "TDP",
+    "ClockSession",
+    "apply_clocks",
+    "clock_status",
+    "lock_behaviour",
+    "lock_persistent",
+    "locked_clocks",
+    "read_clocks",
+    "reset_clocks",
+    "reset_device",
+    "resolve",
+]
+
 TDP = "tdp"
 _MODES = ("lock", "none")
 

@@ -42,6 +42,25 @@ from sitsprof.pmu.errors import NoGpuError, UnsupportedError
 from sitsprof.pmu.nvml import cuda_version_text
 from sitsprof.pmu.nvperf import ensure_nvperf
 
+__all__ = [
+    "COUNTER_DATA_FULL",
+    "DEFAULT_BUFFER_BYTES",
+    "DEFAULT_DECODE_EVERY_S",
+    "DEFAULT_INTERVAL_NS",
+    "END_OF_RECORDS",
+    "MIN_VERSION",
+    "OUT_OF_MEMORY",
+    "STOP_REASONS",
+    "Decoded",
+    "PmSamplingSession",
+    "availability",
+    "check_metrics",
+    "chip_name",
+    "image_samples",
+    "pm_sampling_sets",
+    "single_pass_sets",
+]
+
 MIN_VERSION = (13, 3)
 DEFAULT_INTERVAL_NS = 100_000
 DEFAULT_BUFFER_BYTES = 512 * 1024 * 1024  # cupti-python's configure() default

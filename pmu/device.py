@@ -12,6 +12,21 @@ from dataclasses import dataclass
 from sitsprof.pmu.errors import NoGpuError, PmuError
 from sitsprof.pmu.nvml import cuda_version_text, handle, nvml, optional, text
 
+__all__ = [
+    "EVENT_REASONS",
+    "KNOWN_DEVICES",
+    "DeviceChoice",
+    "choose_device",
+    "clock_facts",
+    "cuda_index_of",
+    "cuda_to_nvml",
+    "device_facts",
+    "event_reason_list",
+    "event_reason_names",
+    "event_reasons",
+    "known_device",
+]
+
 # nvmlClocksEventReason* bits (nvml.h)
 EVENT_REASONS = {
     0x1: "gpu_idle",

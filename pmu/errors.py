@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from sitsprof.common.errors import SitsprofError
 
+__all__ = ["ClockPermissionError", "ClockValueError", "NoGpuError", "PmuError", "UnsupportedError"]
+
 
 class PmuError(SitsprofError, RuntimeError):
     """Base for user-facing PMU errors."""

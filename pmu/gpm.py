@@ -15,6 +15,8 @@ from sitsprof.pmu.catalog import GPM_METRIC_IDS
 from sitsprof.pmu.errors import UnsupportedError
 from sitsprof.pmu.nvml import handle, nvml
 
+__all__ = ["DEFAULT_INTERVAL_S", "MIN_INTERVAL_S", "GpmReader", "gpm_support"]
+
 MIN_INTERVAL_S = 0.1
 DEFAULT_INTERVAL_S = 0.2  # twice the minimum: a late tick still leaves the next one over 100 ms
 _MARGIN_S = 0.001  # "greater than" 100 ms, with room for the clock's resolution

@@ -35,6 +35,38 @@ from sitsprof.common import jsonout
 from sitsprof.common.atomic import atomic_write_text
 from sitsprof.pmu.errors import PmuError
 
+__all__ = [
+    "DAMAGED",
+    "DROPPED",
+    "HELD",
+    "LOCKED",
+    "STALE",
+    "STATE_ENV",
+    "boot_id",
+    "classify",
+    "describe_holder",
+    "exclusive",
+    "holder_alive",
+    "lock_records",
+    "mark_reset",
+    "new_record",
+    "other_host_records",
+    "process_start",
+    "read_entry",
+    "read_state",
+    "refuse_if_held",
+    "release",
+    "remove",
+    "reset_by_me",
+    "stale_lock_warning",
+    "stale_locks",
+    "state_dir",
+    "state_path",
+    "take",
+    "warn_stale_locks",
+    "write_state",
+]
+
 
 def _hostname() -> str:
     """This machine's name, as the lock entries record it (socket is imported only here: every

@@ -9,6 +9,20 @@ import threading
 
 from sitsprof.pmu.errors import NoGpuError, PmuError
 
+__all__ = [
+    "DRIVER_SERIES",
+    "DriverSeries",
+    "cuda_version_text",
+    "describe_init_failure",
+    "device_count",
+    "driver_series",
+    "group_readers",
+    "handle",
+    "nvml",
+    "optional",
+    "text",
+]
+
 _lock = threading.Lock()
 _started = False
 

@@ -31,6 +31,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+__all__ = ["DOCS", "LIBRARIES", "NvperfStatus", "ensure_nvperf"]
+
 LIBRARIES = ("libnvperf_target.so", "libnvperf_host.so")  # target first: host does not need it, CUPTI needs both
 DOCS = ("cupti-python's docs, Getting Started, 'Profiling Library Configuration': "
         "https://docs.nvidia.com/cupti-python/13.3.0/user-guide/topics/getting-started.html")

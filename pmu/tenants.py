@@ -15,6 +15,8 @@ import os
 import shutil
 import subprocess
 
+__all__ = ["FIELDS", "FORMAT", "QUERY", "compute_apps"]
+
 FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
 QUERY = f"--query-compute-apps={','.join(FIELDS)}"
 FORMAT = "--format=csv,noheader,nounits"

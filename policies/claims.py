@@ -22,6 +22,28 @@ from .registry import select_policies
 from .sweep import run_policies
 from .traces import generator
 
+__all__ = [
+    "BLOCK_LRU",
+    "CLAIMS",
+    "FAILS",
+    "HOLDS",
+    "METRICS",
+    "MOONCAKE_CAPACITIES",
+    "NOT_RUN",
+    "PREFIX",
+    "UNDER_LOAD_BLOCK_TOKENS",
+    "UNDER_LOAD_CLAIMS",
+    "UNDER_LOAD_POOLS",
+    "UNDER_LOAD_RATES",
+    "UNKNOWN",
+    "Check",
+    "Claim",
+    "claim_rows",
+    "run_claims",
+    "run_claims_under_load",
+    "verdicts",
+]
+
 
 @dataclass(frozen=True)
 class Check:

@@ -25,6 +25,19 @@ from .sweep import run_policies, simulate_costed
 from .traces import generator
 from .traces.trace import Trace
 
+__all__ = [
+    "DEMO_FRACTIONS",
+    "DEMO_PARAMS",
+    "DemoWorkload",
+    "demo_workload",
+    "policy_results",
+    "price_results",
+    "replay",
+    "sits_timeline",
+    "warm_up",
+    "write_results",
+]
+
 DEMO_FRACTIONS = (0.01, 0.05, 0.10, 0.25, 0.50)
 # semantic-shard keys its shards by the generated prompts, embedded (hashed n-grams, no model)
 # and clustered online by cosine similarity (adaptive/embedding.py); clustered once, reused at

@@ -44,6 +44,24 @@ import numpy as np
 from .errors import PolicyEngineError
 from .traces.trace import Trace
 
+__all__ = [
+    "AUTO_MIN_REFERENCES",
+    "PRELOAD",
+    "START_METHODS",
+    "TEMP_PREFIX",
+    "WARM_REFERENCES",
+    "ParallelError",
+    "Progress",
+    "auto_jobs",
+    "check_jobs",
+    "cpu_count",
+    "head_trace",
+    "map_runs",
+    "pack_trace",
+    "start_method",
+    "unpack_trace",
+]
+
 # A worker process costs about 0.5-1 s to start on a busy 2-core machine (interpreter,
 # numpy, numba, loading the cached kernels; docs/scale.md); the automatic --jobs only
 # spreads a sweep whose replays add up to enough references to repay that.

@@ -27,6 +27,17 @@ from pathlib import Path
 from .parallel import _context, cpu_count, start_method
 from .registry import policy_names, select_policies
 
+__all__ = [
+    "MIN_CORES_FOR_WORKERS",
+    "SERVING",
+    "SHARED",
+    "WARM_CAPACITY",
+    "WARM_SECONDS",
+    "Note",
+    "default_jobs",
+    "precompile",
+]
+
 # A trace just long enough to reach every branch the kernels type (evictions, ghosts, windows).
 WARM_SECONDS = 30.0
 WARM_CAPACITY = 50

@@ -15,6 +15,8 @@ from sitsprof.pmu.errors import NoGpuError
 from . import gpu
 from .plan import DeviceLimits
 
+__all__ = ["ASSUMED_NOTE", "assumed_h200", "is_assumed", "planning_limits"]
+
 #: What an assumed device's name says, and how `is_assumed` knows one.
 ASSUMED_NOTE = "assumed: no GPU visible"
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from sitsprof.common.errors import SitsprofError
 
+__all__ = ["CompileError", "PlanError", "ProbeError"]
+
 
 class ProbeError(SitsprofError, ValueError):
     """Base for user-facing probe errors."""

@@ -21,6 +21,18 @@ from . import tables
 from .kernels import NVCC_OPTIONS, kernel_constants, kernel_source
 from .plan import LINE_BYTES, BandwidthPlan, ChaseSweep, DeviceLimits, LatencyPlan, LoadedPlan, StreamConfig, TlbPlan
 
+__all__ = [
+    "CLOCK_WARM_NS",
+    "L1_KERNELS",
+    "U64_MAX",
+    "Probes",
+    "Progress",
+    "device_limits",
+    "import_cupy",
+    "load_module",
+    "timed_phase",
+]
+
 Progress = Callable[[int], None]  # advance(n) callback
 U64_MAX = np.uint64(2**64 - 1)
 #: Kernels whose L1 extent matters get the preferred shared-memory carveout 0 (the smallest

@@ -24,6 +24,22 @@ from pathlib import Path
 
 from .errors import CompileError
 
+__all__ = [
+    "KERNEL_DIR",
+    "KERNEL_FILES",
+    "NVCC_OPTIONS",
+    "CompileResult",
+    "available_compiler",
+    "compile_cubin",
+    "cuobjdump_path",
+    "disassemble",
+    "kernel_constants",
+    "kernel_source",
+    "nvrtc_library",
+    "parse_ptxas_log",
+    "sass_instructions",
+]
+
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 # One kernel family per file, and the entry points each defines.
 KERNEL_FILES: dict[str, tuple[str, ...]] = {

@@ -15,6 +15,34 @@ from sitsprof.common.sizes import MiB, format_size
 from .errors import PlanError
 from .kernels import kernel_constants
 
+__all__ = [
+    "LINE_BYTES",
+    "MAX_BLOCKS_PER_SM",
+    "MAX_THREADS_PER_SM",
+    "RESERVE_BYTES",
+    "RETOUCH_INTERVALS_NS",
+    "SATURATOR_STATIC_SMEM",
+    "SMEM_GRANULE",
+    "TLB_SKEW",
+    "VEC_BYTES",
+    "BandwidthPlan",
+    "ChaseSweep",
+    "DeviceLimits",
+    "LatencyPlan",
+    "LoadedPlan",
+    "StreamConfig",
+    "TlbPlan",
+    "check_memory",
+    "check_sms",
+    "claim_steps",
+    "geometric_sizes",
+    "probe_static_smem",
+    "require_hopper",
+    "require_probe_capable",
+    "ring_bytes",
+    "stream_unroll",
+]
+
 LINE_BYTES = 128
 VEC_BYTES = 16            # one uint4 per thread per access (kernels/common.cuh)
 MAX_THREADS_PER_SM = 2048

@@ -27,6 +27,22 @@ from .plan import (
     geometric_sizes,
 )
 
+__all__ = [
+    "DENSE_BAND",
+    "DENSE_PER_OCTAVE",
+    "FALLBACK_L2_BYTES",
+    "PARTS",
+    "SUITES",
+    "SuitePlan",
+    "dry_run_line",
+    "ladder_footprints",
+    "make_suite",
+    "parse_parts",
+    "plan_suite",
+    "prepare_suite",
+    "run_suite",
+]
+
 SUITES = ("quick", "full")
 PARTS = ("latency", "tlb", "bandwidth", "loaded")
 #: Nominal latencies (ns) used only to estimate durations for the planner, never reported.

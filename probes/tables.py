@@ -11,6 +11,28 @@ import numpy as np
 
 from .errors import ProbeError
 
+__all__ = [
+    "LOADED_COLUMNS",
+    "MIN_CLOCK_WINDOW_NS",
+    "bytes_moved",
+    "chase_clock",
+    "chase_frame",
+    "choose_throttles",
+    "clock_columns",
+    "cycles_to_ns",
+    "line_ages",
+    "link_offset",
+    "loaded_table",
+    "net_cycles",
+    "placement",
+    "ring_next",
+    "ring_order",
+    "saturator_gbs",
+    "sm_clock_mhz",
+    "timer_overhead",
+    "walk",
+]
+
 
 # -- the chase ring -------------------------------------------------------------------------
 def ring_order(n: int, seed: int = 0) -> np.ndarray:

@@ -29,6 +29,28 @@ import numpy as np
 from .distributions import QUANTILES, cdf_points, downsample_series, histogram, quantile_label, summarize
 from .tiers import detect_steps, detect_tiers
 
+__all__ = [
+    "CDF_POINTS",
+    "COLUMNS",
+    "HIST_BINS",
+    "LADDER_PAGE_BYTES",
+    "OPTIONAL_PARTS",
+    "PARTS",
+    "PROBE_TABLES",
+    "QLABELS",
+    "SAMPLER_SKIP",
+    "Distribution",
+    "RunAnalysis",
+    "Tier",
+    "analyze_run",
+    "clocks_locked",
+    "column",
+    "ladder_tiers",
+    "name_tiers_by_tlb",
+    "sampler_times_ns",
+    "sorted_groups",
+]
+
 QLABELS = [quantile_label(q) for q in QUANTILES]
 #: Probe tables the report and calibration read (docs/run-directory.md), by role.
 PROBE_TABLES = {"latency": "latency", "latency_cg": "latency_cg", "tlb": "tlb", "bandwidth": "bandwidth",

@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 
+__all__ = ["axis_titles", "bytes_axis", "colour_ramp", "fmt_bytes"]
+
 
 def fmt_bytes(n: float) -> str:
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):

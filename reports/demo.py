@@ -23,6 +23,19 @@ from typing import Any
 
 from .html import Report, Section, Table, write_html
 
+__all__ = [
+    "EXAMPLES",
+    "SYNTHETIC_BANNER",
+    "SYNTHETIC_LABEL",
+    "SYNTHETIC_RUN",
+    "calibration_section",
+    "choose_calibration",
+    "demo_report",
+    "find_example_run",
+    "synthetic_run",
+    "synthetic_sections",
+]
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SYNTHETIC_RUN = "synthetic-run"
 SYNTHETIC_LABEL = "SYNTHETIC"

@@ -10,6 +10,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = [
+    "QUANTILES",
+    "Summary",
+    "cdf_grid",
+    "cdf_points",
+    "downsample_series",
+    "histogram",
+    "quantile_label",
+    "quantiles",
+    "summarize",
+]
+
 #: Quantiles reported for every probe and tier.
 QUANTILES: tuple[float, ...] = (0.5, 0.9, 0.99, 0.999)
 

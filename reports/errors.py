@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from sitsprof.common.errors import SitsprofError
 
+__all__ = ["IncompleteRunError", "ReportError"]
+
 
 class ReportError(SitsprofError):
     """Base for user-facing report errors."""

@@ -12,6 +12,17 @@ from sitsprof.calibration import load_calibration
 
 from .analysis import RunAnalysis, analyze_run
 
+__all__ = [
+    "BAND_KEYS",
+    "COPY_TARGET",
+    "PUBLISHED_TIERS",
+    "TOLERANCE",
+    "check_figures",
+    "figures_report",
+    "format_figures",
+    "published_plateaus",
+]
+
 #: The tiers the reference calibration publishes a plateau for, in ladder order.
 PUBLISHED_TIERS = ("l1", "l2_near", "l2_far", "hbm")
 TOLERANCE = 0.15

@@ -15,6 +15,8 @@ from .axes import axis_titles, bytes_axis
 from .html import Figure, Section, Table, line_traces, plot_text
 from .tiers import TIER_LABELS
 
+__all__ = ["fleet_metrics", "fleet_outliers", "fleet_section"]
+
 
 def fleet_metrics(run: RunAnalysis) -> dict[str, float]:
     """The figures compared across nodes (NaN where the run lacks them)."""

@@ -21,6 +21,17 @@ from sitsprof.calibration import SCHEMA, SCHEMA_VERSION, TIERS, load_calibration
 from .analysis import Distribution, RunAnalysis, analyze_run, clocks_locked
 from .errors import IncompleteRunError
 
+__all__ = [
+    "EXPECTED_TIERS",
+    "PROBE_PARTS",
+    "QKEYS",
+    "calibrate",
+    "calibration_from_run",
+    "missing_parts",
+    "nonnegative_histogram",
+    "replacement_delay_entry",
+]
+
 #: distributions.quantile_label -> calibration quantile key
 QKEYS = {"p50": "p50", "p90": "p90", "p99": "p99", "p99.9": "p999"}
 #: Tiers a complete ladder is expected to show (l2_far and tlb_miss depend on the device/sweep).

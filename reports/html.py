@@ -23,6 +23,22 @@ from typing import Any
 
 import numpy as np
 
+__all__ = [
+    "PALETTE",
+    "TEMPLATE_DIR",
+    "Figure",
+    "Report",
+    "Section",
+    "Table",
+    "format_value",
+    "html_safe_json",
+    "line_traces",
+    "plot_text",
+    "plotly_js",
+    "render_html",
+    "write_html",
+]
+
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
 #: Colours for series, in order (Okabe-Ito, then four of Paul Tol's; twelve before one repeats).

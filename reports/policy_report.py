@@ -13,6 +13,8 @@ from sitsprof.policies.engine.results import decisions_from_rows, row_p99_ms
 from .axes import axis_titles
 from .html import PALETTE, Figure, Section, Table, plot_text
 
+__all__ = ["CAPACITY_DASHES", "POLICY_SYMBOLS", "policy_section"]
+
 POLICY_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "triangle-down", "cross",
                   "pentagon", "hexagon", "circle-open", "square-open", "diamond-open")
 

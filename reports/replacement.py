@@ -31,6 +31,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = [
+    "MIN_SEPARATION",
+    "RESIDENT_HALF",
+    "LevelReplacement",
+    "balanced_threshold",
+    "band_cuts",
+    "has_method_columns",
+    "replacement_levels",
+    "residency_time",
+]
+
 #: The residency time is the age at which this share of re-touched lines is still in the L2.
 RESIDENT_HALF = 0.5
 #: Below this separation (1 - the smallest total misclassification) hits and misses overlap too

@@ -20,6 +20,8 @@ from .html import Report, Section, write_html
 from .policy_report import policy_section
 from .run_report import mark_synthetic, run_sections
 
+__all__ = ["PolicyResultsList", "build_report", "write_report"]
+
 
 def _run_label(run: RunAnalysis) -> str:
     return run.host if run.host == run.name else f"{run.host} ({run.name})"

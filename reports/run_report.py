@@ -14,6 +14,24 @@ from .analysis import QLABELS, RunAnalysis, clocks_locked, column
 from .axes import axis_titles, bytes_axis, colour_ramp, fmt_bytes
 from .html import PALETTE, Figure, Section, Table, line_traces, plot_text
 
+__all__ = [
+    "SAMPLER_LABELS",
+    "SAMPLER_STATS",
+    "SYNTHETIC_LABEL",
+    "bandwidth_figures",
+    "ladder_figures",
+    "loaded_figures",
+    "mark_synthetic",
+    "replacement_figures",
+    "run_sections",
+    "sampler_label",
+    "sampler_stats",
+    "summary_section",
+    "tier_table",
+    "timeline_figures",
+    "tlb_figures",
+]
+
 
 def tier_table(run: RunAnalysis, tiers, title: str) -> Table:
     rows = []

@@ -12,6 +12,19 @@ import numpy as np
 
 from .queueing import queueing_curve
 
+__all__ = [
+    "GIB",
+    "KIB",
+    "LEVELS",
+    "MIB",
+    "MODEL_L2",
+    "MODEL_PEAK_GBS",
+    "RETOUCH_INTERVALS_NS",
+    "RETOUCH_LINES",
+    "make_fleet",
+    "make_synthetic_run",
+]
+
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 #: (upper footprint in bytes, median cycles, spread) of each level of the model.
 LEVELS = ((256 * KIB, 33.0, 1.0), (24 * MIB, 282.0, 5.0), (50 * MIB, 505.0, 12.0), (None, 648.0, 18.0))

@@ -18,6 +18,22 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+__all__ = [
+    "BEYOND_HBM_LABEL",
+    "TIER_LABELS",
+    "TIER_NAMES",
+    "Segment",
+    "Segmentation",
+    "Step",
+    "detect_steps",
+    "detect_tiers",
+    "name_tiers",
+    "optimal_partition",
+    "per_footprint_medians",
+    "robust_noise",
+    "segment",
+]
+
 #: Tier names in footprint order (the calibration file's tier keys).
 TIER_NAMES = ("l1", "l2_near", "l2_far", "hbm", "tlb_miss")
 TIER_LABELS = {"l1": "L1", "l2_near": "L2 near", "l2_far": "L2 far", "hbm": "HBM", "tlb_miss": "HBM + TLB miss"}

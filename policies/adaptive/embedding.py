@@ -40,6 +40,23 @@ from sitsprof.common.jit import njit
 from ..errors import EmbedderError
 from ..traces.hashing import GOLDEN
 
+__all__ = [
+    "DEFAULT_DIM",
+    "DEFAULT_THRESHOLD",
+    "EMBEDDER_HELP",
+    "NGRAM_MAX",
+    "NGRAM_MIN",
+    "SEARCHES",
+    "Clustering",
+    "HashedEmbedder",
+    "OnlineClusters",
+    "cluster_texts",
+    "embedder_name",
+    "faiss_available",
+    "load_embedder",
+    "normalise_text",
+]
+
 DEFAULT_THRESHOLD = 0.65
 DEFAULT_DIM = 1024
 NGRAM_MIN, NGRAM_MAX = 3, 5

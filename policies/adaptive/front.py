@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+__all__ = ["FrontBuffer"]
+
 
 @runtime_checkable
 class FrontBuffer(Protocol):

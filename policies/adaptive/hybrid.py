@@ -11,6 +11,8 @@ import numpy as np
 
 from ..classic.arc import SCAN, new_state, replay_recency, replay_scan
 
+__all__ = ["HybridCache"]
+
 _T1, _T2 = 0, 1  # list codes in `where` (arc.py)
 
 

@@ -44,6 +44,25 @@ from ..traces.trace import DEFAULT_BLOCK_TOKENS, Trace
 from .embedding import DEFAULT_THRESHOLD, cluster_texts
 from .signals import P99_SAMPLE, action_cell, adapt_alpha, migration_score, window_bounds, window_signals
 
+__all__ = [
+    "DESCRIPTION",
+    "KERNEL",
+    "NAME",
+    "PARAMS",
+    "PARAM_RANGES",
+    "SHARD_KEYS",
+    "STREAM_FORM",
+    "allocate",
+    "embedding_shards",
+    "hash_shards",
+    "replay_shards",
+    "request_keys",
+    "request_shards",
+    "resolve_key",
+    "run",
+    "shrink",
+]
+
 NAME = "semantic-shard"
 DESCRIPTION = ("Semantic shard cache: per-shard LRU slots rebalanced by demand, TTL expiry (180 s), "
                "shard eviction counts")

@@ -24,6 +24,17 @@ from .semantic_shard import PARAMS, allocate, hash_shards, replay_shards, resolv
 from .signals import P99_SAMPLE, action_cell, adapt_alpha, migration_score, window_signals
 from .sits_stream import _Buffer, _window_starts
 
+__all__ = [
+    "STREAM_PARAMS",
+    "STREAM_TIMES",
+    "ShardStream",
+    "grow_state",
+    "max_resident",
+    "new_stream_state",
+    "stream_finish",
+    "stream_window",
+]
+
 STREAM_TIMES = True
 STREAM_PARAMS = tuple(PARAMS)
 

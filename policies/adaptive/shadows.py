@@ -16,6 +16,8 @@ from sitsprof.common.jit import njit
 from ..classic.arc import RECENCY, new_state, replay_recency, replay_scan
 from ..traces.hashing import GOLDEN
 
+__all__ = ["first_use_code", "in_sample", "sample_mask", "sample_refs", "shadow_counts", "shadow_shift"]
+
 # Position of a word's lowest set bit: _DEBRUIJN[(low * _DEBRUIJN_MUL) >> 58] for low = 2**i.
 _DEBRUIJN_MUL = 0x03F79D71B4CB0A89
 _DEBRUIJN = np.zeros(64, dtype=np.int64)

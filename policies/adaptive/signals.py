@@ -25,6 +25,29 @@ from ..cost.costmodel import kth_smallest, ttft_kernel
 from ..traces.hashing import GOLDEN
 from ..traces.trace import Trace
 
+__all__ = [
+    "D_CAP_MS",
+    "ENTROPY_SAMPLE",
+    "H_CAP",
+    "KEEP_D",
+    "KEEP_H",
+    "MIGRATE_D",
+    "MIGRATE_H",
+    "P99_SAMPLE",
+    "SAMPLE_RUNS",
+    "action_cell",
+    "adapt_alpha",
+    "count_buckets",
+    "entropy_bits",
+    "migration_score",
+    "p99",
+    "reference_windows",
+    "time_windows",
+    "window_bounds",
+    "window_entropy",
+    "window_signals",
+]
+
 H_CAP, D_CAP_MS = 8.0, 200.0
 P99_SAMPLE = 1024  # a window's P99 is taken over at most this many evenly spaced requests
 ENTROPY_SAMPLE = 4096  # and its entropy over at most this many references

@@ -62,6 +62,19 @@ from .signals import (
 )
 from .threshold import LirsBaseline, ThresholdEngine
 
+__all__ = [
+    "BEHAVIOURS",
+    "DESCRIPTION",
+    "KERNEL",
+    "NAME",
+    "PARAMS",
+    "PARAM_RANGES",
+    "STREAM_FORM",
+    "Controller",
+    "SitsConfig",
+    "run",
+]
+
 NAME = "sits"
 DESCRIPTION = ("SITS adaptive: per-window entropy/P99 score switches recency vs ARC-style scan resistance, "
                "shadow-evaluated")

@@ -43,6 +43,17 @@ from .shadows import first_use_code, in_sample, sample_mask, shadow_shift
 from .signals import P99_SAMPLE, window_signals
 from .sits import BEHAVIOURS, Controller, SitsConfig
 
+__all__ = [
+    "STREAM_PARAMS",
+    "STREAM_TIMES",
+    "SitsStream",
+    "grow_state",
+    "max_resident",
+    "new_stream_state",
+    "stream_finish",
+    "stream_window",
+]
+
 #: stream_window also takes the chunk's `times` and `tokens`, new_stream_state the trace's `info`.
 STREAM_TIMES = True
 #: Parameters the streamed run takes: SitsConfig's (the threshold engine is not streamed).

@@ -43,6 +43,8 @@ from ..errors import PolicyEngineError
 from .front import FrontBuffer
 from .hybrid import HybridCache
 
+__all__ = ["LirsBaseline", "ThresholdEngine", "lirs_to_arc"]
+
 
 class LirsBaseline:
     """The front buffer before a switch: LIRS metadata, served window by window."""

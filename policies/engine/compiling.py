@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 from sitsprof.common.jit import interpreted
 
+__all__ = ["FIRST_RUN_NOTE", "watch_compiles"]
+
 FIRST_RUN_NOTE = "compiling kernels (first run only)"
 
 

@@ -32,6 +32,8 @@ from .mooncake import read_request_lines
 from .timing import stamp_problem
 from .trace import Trace
 
+__all__ = ["BAILIAN_BLOCK_TOKENS", "MARKER_FIELDS", "NAME", "read_bailian"]
+
 NAME = "bailian"
 #: The block size of the published traces (`_blksz_16` in their file names).
 BAILIAN_BLOCK_TOKENS = 16

@@ -21,6 +21,8 @@ from .lines import INT64_MIN, UINT64_MAX, BadLines, shown, with_skips
 from .opening import open_binary, open_text
 from .trace import Trace
 
+__all__ = ["read_csv", "write_csv"]
+
 _CSV_NAMES = {
     "timestamp": "timestamp", "time": "timestamp", "ts": "timestamp",
     "obj_id": "obj_id", "id": "obj_id", "block": "obj_id", "block_id": "obj_id", "object": "obj_id",

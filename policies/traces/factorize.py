@@ -20,6 +20,8 @@ from sitsprof.common.prefetch import AHEAD, prefetch
 
 from .hashing import GOLDEN
 
+__all__ = ["Factorizer", "direct_span", "factorize_int64"]
+
 _INT32_MAX = 2**31 - 1
 _MIN_BITS = 12
 

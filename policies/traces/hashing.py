@@ -9,4 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["GOLDEN"]
+
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)

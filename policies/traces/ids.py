@@ -15,6 +15,16 @@ import numpy as np
 from ..errors import TraceFormatError
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
+__all__ = [
+    "INT32_MAX",
+    "constant_column",
+    "dense_ids",
+    "hash_id_array",
+    "request_blocks",
+    "trace_from_ids",
+    "trace_from_requests",
+]
+
 INT32_MAX = 2**31 - 1
 
 

@@ -17,6 +17,21 @@ from ..errors import TraceFormatError
 from .opening import open_binary
 from .trace import Trace
 
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "MAX_SKIP_EXAMPLES",
+    "UINT64_MAX",
+    "BadLines",
+    "count_problem",
+    "hash_ids_problem",
+    "is_int",
+    "jsonl_rows",
+    "millis_problem",
+    "shown",
+    "with_skips",
+]
+
 MAX_SKIP_EXAMPLES = 5
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 UINT64_MAX = 2**64 - 1

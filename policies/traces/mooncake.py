@@ -21,6 +21,8 @@ from .lines import BadLines, count_problem, hash_ids_problem, jsonl_rows, with_s
 from .timing import stamp_problem, stamp_seconds
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
+__all__ = ["RequestLines", "iter_request_lines", "read_mooncake", "read_request_lines"]
+
 _MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 

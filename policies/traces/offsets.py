@@ -11,6 +11,8 @@ import numpy as np
 
 from sitsprof.common.jit import njit
 
+__all__ = ["request_offsets"]
+
 
 def request_offsets(request, n_requests) -> np.ndarray:
     """Offsets such that the references of request r are [offsets[r], offsets[r+1]).

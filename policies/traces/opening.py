@@ -29,6 +29,23 @@ from pathlib import Path
 
 from ..errors import TraceFormatError
 
+__all__ = [
+    "BUNDLED",
+    "BUNDLED_PREFIX",
+    "COMPRESSED_SUFFIXES",
+    "DATA",
+    "DECOMPRESS_ERRORS",
+    "STDIN",
+    "compression",
+    "data_size",
+    "inner_name",
+    "open_binary",
+    "open_text",
+    "pipe_copy",
+    "resolve",
+    "stdin_copy",
+]
+
 DATA = Path(__file__).resolve().parent.parent / "data"
 #: Traces shipped in the package, by the name `bundled:<name>` gives (sources in NOTICE).
 BUNDLED = {"mooncake": DATA / "mooncake_conversation.jsonl.xz"}

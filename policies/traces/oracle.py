@@ -33,6 +33,15 @@ from .lines import MAX_SKIP_EXAMPLES, BadLines, with_skips
 from .opening import compression, data_size, open_binary
 from .trace import Trace
 
+__all__ = [
+    "ORACLE_DTYPE",
+    "iter_oracle_chunks",
+    "next_access_vtime",
+    "oracle_records",
+    "read_oracle",
+    "write_oracle_general",
+]
+
 # libCacheSim oracleGeneral record; a packed structured dtype is exactly 24 bytes.
 ORACLE_DTYPE = np.dtype(
     [("timestamp", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4"), ("next_access_vtime", "<i8")]

@@ -18,6 +18,8 @@ from .lines import BadLines, count_problem, hash_ids_problem, jsonl_rows, shown,
 from .timing import stamp_problem, stamp_seconds
 from .trace import DEFAULT_BLOCK_TOKENS, Trace
 
+__all__ = ["read_requests"]
+
 _REQUEST_HASH_FIX = (
     "the request format needs block ids to be replayed; `sitsprof policy generate --as requests` writes them"
 )

@@ -28,6 +28,26 @@ import numpy as np
 
 from ..errors import TraceFormatError
 
+__all__ = [
+    "INT64_MAX",
+    "STRING_UNIT",
+    "UNITS",
+    "UNIT_NAMES",
+    "TraceWarning",
+    "check_unit",
+    "choose_unit",
+    "guess_unit",
+    "out_of_order",
+    "out_of_order_message",
+    "request_starts",
+    "sort_by_time",
+    "stamp_problem",
+    "stamp_seconds",
+    "to_seconds",
+    "warn",
+    "warn_out_of_order",
+]
+
 #: Units per second of each `--time-unit` choice (stamps are divided by it: exact for ms, as x / 1000).
 UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
 UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
