@@ -8,7 +8,7 @@
    load, 4x and 16x the requests): seconds per request and each size's ratio to 1x.
 3. What one implementation per policy would cost: each whole-trace kernel
    (policies/classic/<name>.py) against the same replay written as a loop over the serving
-   evictor's incremental form (policies/serving/evictors.py) on a seeded Zipf trace: the ratio
+   evictor's incremental form (policies/serving/evictors/) on a seeded Zipf trace: the ratio
    is what `policy simulate` would pay if its kernels were loops over the incremental forms.
 4. LIRS against LRU under a mostly pinned pool (Mooncake's first 2,000 requests, 50,000
    blocks): the ratio a victim walk over pinned blocks would blow up.

@@ -1,4 +1,4 @@
-"""LFU's incremental form in the serving replay (policies/serving/lfu_form.py) beside LRU, in one run.
+"""LFU's incremental form in the serving replay (policies/serving/evictors/lfu.py) beside LRU, in one run.
 
 The bundled Mooncake conversation trace (12,031 requests) at 16-token KV blocks through vLLM's
 rules, pools of 10% and 3% of its KV blocks, arrivals x1: each policy's replay, warm (a first

@@ -1,4 +1,4 @@
-"""Plain-Python LIRS with pinned blocks: the rules of policies/serving/lirs_form.py in lists
+"""Plain-Python LIRS with pinned blocks: the rules of policies/serving/evictors/lirs.py in lists
 and sets (no numba, no linked arrays), for tests/test_lirs_pinned.py's differential test.
 
 LIRS (Jiang and Zhang, SIGMETRICS 2002; libCacheSim's LIRS, policies/classic/lirs.py): stack S

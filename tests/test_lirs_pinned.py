@@ -1,5 +1,5 @@
-"""LIRS's incremental form with pinned blocks (policies/serving/lirs_form.py through
-evictors.py's calls) against a plain-Python statement of the same rules
+"""LIRS's incremental form with pinned blocks (policies/serving/evictors/lirs.py through
+the evictors' dispatch)) against a plain-Python statement of the same rules
 (lirs_pinned_reference.py): on pool-like workloads where most of the cache is pinned by
 requests in flight, the same victims in the same order, the same blocks evicted by hits, and
 the same S, Q and NH orders and parked set throughout. The reference also shows the walk's
@@ -11,6 +11,7 @@ import pytest
 from lirs_pinned_reference import PinnedLIRS
 
 from sitsprof.policies.serving import evictors as ev
+from sitsprof.policies.serving.evictors import lirs
 
 NIL = -1
 
@@ -24,12 +25,12 @@ def _walk(head, nxt):
 
 
 def _same_state(S, ref: PinnedLIRS, where: str):
-    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = S.legacy
-    assert _walk(sc[0], nxt) == ref.S, f"{where}: S"
-    assert _walk(sc[2], main) == ref.Q, f"{where}: Q"
-    assert _walk(sc[4], gpos) == ref.NH, f"{where}: NH"
-    assert {int(x) for x in np.flatnonzero(flag & 64)} == ref.parked, f"{where}: parked"
-    assert (int(sc[8]), int(sc[9])) == (ref.n_lir, ref.n_hir), f"{where}: LIR / HIR counts"
+    st = S.lirs
+    assert _walk(st.head[lirs.S], st.nxt) == ref.S, f"{where}: S"
+    assert _walk(st.head[lirs.Q], st.qn) == ref.Q, f"{where}: Q"
+    assert _walk(st.head[lirs.NH], st.hn) == ref.NH, f"{where}: NH"
+    assert {int(x) for x in np.flatnonzero(st.flag & 64)} == ref.parked, f"{where}: parked"
+    assert (int(st.v[0].n_lir), int(st.v[0].n_hir)) == (ref.n_lir, ref.n_hir), f"{where}: LIR / HIR counts"
 
 
 def _drive(seed: int, capacity: int, n_ops: int, max_running: int, universe: int, families: int):

@@ -1,6 +1,6 @@
-"""LFU's incremental form for the serving replay (policies/serving/lfu_form.py) with pinned
+"""LFU's incremental form for the serving replay (policies/serving/evictors/lfu.py) with pinned
 blocks: the evictor, driven by random pin / hit / admit / unpin / victim sequences as the
-pool drives it, against a plain-Python reference of the documented rules (evictors.py's
+pool drives it, against a plain-Python reference of the documented rules (evictors/lfu.py's
 docstring): the victim is the oldest unpinned block of the lowest frequency; a pinned block
 the walk meets is parked and goes back to the oldest end of its frequency's list when
 unpinned; a hit moves a block (parked or not), counted, to its new frequency's tail. (Without

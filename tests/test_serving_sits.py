@@ -19,14 +19,6 @@ from numba import njit
 from sitsprof.policies.registry import get_policy
 from sitsprof.policies.serving.adaptive import lirs_to_sits, windowed
 from sitsprof.policies.serving.evictors import (
-    _B1,
-    _BEHAV,
-    _CAP,
-    _N0,
-    _PARKED,
-    _PINNED,
-    _T1,
-    _T2,
     ARC,
     RECENCY,
     SCAN,
@@ -39,6 +31,8 @@ from sitsprof.policies.serving.evictors import (
     ev_victim,
 )
 from sitsprof.policies.serving.evictors import new_state as new_evictor
+from sitsprof.policies.serving.evictors._lists import PARKED, PINNED
+from sitsprof.policies.serving.evictors.arc import B1, T1, T2
 from sitsprof.policies.serving.reblock import reblock
 from sitsprof.policies.serving.scheduler import DONE, run_replay
 from sitsprof.policies.traces.detect import read_trace
@@ -120,7 +114,7 @@ def test_lirs_back_buffer_holds_the_pool_pins_kept(generated, rb):
     def stop_midway(run, meta):
         run.advance(float(np.median(run.arrival)))
         captured["ref"], captured["cached"] = run.pool[0].copy(), run.pool[1].copy()
-        A = lirs_to_sits(run.S, len(run.S.legacy[0]), meta["capacity"])
+        A = lirs_to_sits(run.S, len(run.S.lirs.prev), meta["capacity"])
         captured["A"] = copy.deepcopy(A)
         run.pid, run.S = SITS, A  # and the replay goes on from it
         run.advance(np.inf)
@@ -131,14 +125,14 @@ def test_lirs_back_buffer_holds_the_pool_pins_kept(generated, rb):
     assert (res.status == DONE).all()
     A = captured["A"]
     ref, cached = captured["ref"], captured["cached"]
-    resident = np.flatnonzero((A.legacy[3] == _T1) | (A.legacy[3] == _T2))
+    resident = np.flatnonzero((A.arc.where == T1) | (A.arc.where == T2))
     assert len(resident) > 0
     assert np.array_equal(np.sort(resident), np.flatnonzero(cached))
-    assert A.legacy[8][_N0 + _T1] + A.legacy[8][_N0 + _T2] == len(resident)
+    assert A.arc.size[T1] + A.arc.size[T2] == len(resident)
     pinned = np.flatnonzero(ref > 0)
-    assert len(pinned) > 0 and (A.legacy[2][pinned] & _PINNED).all()
-    assert not (A.legacy[2][np.setdiff1d(resident, pinned)] & _PINNED).any()
-    assert A.legacy[8][_BEHAV] == SCAN
+    assert len(pinned) > 0 and (A.arc.flag[pinned] & PINNED).all()
+    assert not (A.arc.flag[np.setdiff1d(resident, pinned)] & PINNED).any()
+    assert A.arc.v[0].behaviour == SCAN
 
 
 def _crafted(tmp_path, n=600):
@@ -307,28 +301,29 @@ def _walk(prev, nxt, head, q, linked):
 
 def _check_lists(S, cached, where):
     """ARC / SITS invariants: each list T1, T2, B1, B2 walks head to tail with consistent links;
-    its size sc[_N0 + q] is its linked members plus its parked (pinned, off-list) ones; cnt[x] is
+    its size size[q] is its linked members plus its parked (pinned, off-list) ones; where[x] is
     q for exactly those; ghosts are never parked; the resident blocks (T1, T2) are the pool's
     cached blocks."""
-    prev, nxt, flag, cnt, *_, sc, fp = S.legacy
+    st = S.arc
+    prev, nxt, flag, cnt = st.prev, st.nxt, st.flag, st.where
     linked = np.full(len(cnt), -2, dtype=np.int64)
-    parked = (flag & _PARKED) != 0
+    parked = (flag & PARKED) != 0
     for q in range(4):
-        k, last, stop, x = _walk(prev, nxt, np.int64(sc[2 * q]), np.int64(q), linked)
+        k, last, stop, x = _walk(prev, nxt, np.int64(st.head[q]), np.int64(q), linked)
         if stop == _OUT_OF_RANGE:
             linked[x]  # numpy's IndexError, as the walk in Python raised it
         assert stop != _TWICE, f"{where}: block {x} linked in list {q} and list {linked[x]}"
         assert stop != _BAD_PREV, f"{where}: list {q}: prev[{x}] = {prev[x]}, not {last}"
-        assert int(sc[2 * q + 1]) == last, f"{where}: list {q}: tail {sc[2 * q + 1]}, walked to {last}"
+        assert int(st.tail[q]) == last, f"{where}: list {q}: tail {st.tail[q]}, walked to {last}"
         in_q = cnt == q
         n_parked = np.count_nonzero(parked & in_q)
-        assert sc[_N0 + q] == k + n_parked, f"{where}: list {q} counts {sc[_N0 + q]}, holds {k} + {n_parked} parked"
+        assert st.size[q] == k + n_parked, f"{where}: list {q} counts {st.size[q]}, holds {k} + {n_parked} parked"
         assert np.count_nonzero(in_q) == k + n_parked, f"{where}: cnt codes {q} vs list {q}"
-    assert not (linked[parked] >= 0).any() and (cnt[parked] <= _T2).all(), f"{where}: parked block on a list"
+    assert not (linked[parked] >= 0).any() and (cnt[parked] <= T2).all(), f"{where}: parked block on a list"
     on = linked >= 0
     assert np.array_equal(cnt[on], linked[on]), f"{where}: cnt disagrees with list membership"
-    assert np.array_equal((cnt == _T1) | (cnt == _T2), cached[: len(cnt)] != 0), f"{where}: resident != cached"
-    assert 0.0 <= fp[0] <= sc[_CAP]
+    assert np.array_equal((cnt == T1) | (cnt == T2), cached[: len(cnt)] != 0), f"{where}: resident != cached"
+    assert 0.0 <= st.v[0].p <= st.v[0].capacity
 
 
 def _checked(inner, seen):
@@ -343,7 +338,7 @@ def _checked(inner, seen):
             end = adv(t)
             if run.pid in (ARC, SITS):
                 _check_lists(run.S, run.pool[1], f"after t={end:.3f}")
-                seen.append(int(run.S.legacy[8][_BEHAV]) if run.pid == SITS else -1)
+                seen.append(int(run.S.arc.v[0].behaviour) if run.pid == SITS else -1)
             return end
         run.advance = advance
         return inner(run, meta)
@@ -359,7 +354,7 @@ def test_a_ghost_since_its_miss_admitted_leaves_its_ghost_list(pid, behav):
     by a B1 count of 0 (`policy replay bundled:mooncake -p sits -c 2%`)."""
     S = new_evictor(pid, 8, 3)
     cached = np.zeros(8, dtype=np.uint8)
-    S.legacy[8][_BEHAV] = SCAN
+    S.arc.v[0].behaviour = SCAN
     for x in (0, 1):  # looked up, missed, cached, freed
         ev_miss(pid, S, x)
         ev_admit(pid, S, x)
@@ -371,17 +366,17 @@ def test_a_ghost_since_its_miss_admitted_leaves_its_ghost_list(pid, behav):
     # a request recomputes 0 privately (0 is cached: no lookup; a free slot of the 3);
     # block 2 misses, the pool is full: 0 is the victim, to B1
     ev_miss(pid, S, 2)
-    assert ev_victim(pid, S) == 0 and S.legacy[3][0] == _B1
+    assert ev_victim(pid, S) == 0 and S.arc.where[0] == B1
     cached[0] = 0
     ev_admit(pid, S, 2)
     ev_unpin(pid, S, 2)
     cached[2] = 1
     _check_lists(S, cached, "0 in B1")
-    S.legacy[8][_BEHAV] = behav
+    S.arc.v[0].behaviour = behav
     ev_admit(pid, S, 0)  # the private copy's block is full: cached, 0 is not cached any more
     cached[0] = 1
     _check_lists(S, cached, "0 admitted")
-    assert S.legacy[3][0] == _T2  # its admission is its ghost hit
+    assert S.arc.where[0] == T2  # its admission is its ghost hit
     ev_unpin(pid, S, 0)
     _check_lists(S, cached, "0 freed")
     for _ in range(2):  # and the lists serve on: the two oldest unpinned blocks leave
@@ -411,7 +406,7 @@ def _toggling(window_s, first, period):
         a0 = float(run.arrival[0])
         k = 0
         while not run.finished:
-            run.S.legacy[8][_BEHAV] = first if (k // period) % 2 == 0 else 1 - first
+            run.S.arc.v[0].behaviour = first if (k // period) % 2 == 0 else 1 - first
             run.advance(a0 + (np.floor((max(run.now, a0) - a0) / window_s) + 1) * window_s)
             k += 1
         return run.result(meta, 0.0)

@@ -4,7 +4,7 @@ The replay (scheduler.ReplayRun) runs in windows of `window_s` seconds of simula
 (each ends at the first step boundary at or after the window's edge). Between windows the
 SITS controller of adaptive/sits.py (`Controller`, its action matrix and migration score from
 adaptive/signals.py) reads the window's signals from the replay itself and sets the `sits`
-evictor's behaviour (evictors.py, pid SITS: RECENCY or SCAN) for the next window:
+evictor's behaviour (evictors/sits.py: RECENCY or SCAN) for the next window:
 
 - d, latency sensitivity: the P99 TTFT (ms, np.percentile's linear rule, as the replay's own
   summary) of the requests whose first token was sampled in the window. A window in which no
@@ -21,7 +21,7 @@ evictor's behaviour (evictors.py, pid SITS: RECENCY or SCAN) for the next window
   shadows see the workload's reuse, not the engine's pinning or timing: they say which order
   the blocks' reuse favours, the replay says when latency needs it.
 
-With `threshold` (sits.py's `threshold=True`): the serving LIRS evictor (lirs_form.py) serves,
+With `threshold` (sits.py's `threshold=True`): the serving LIRS evictor (evictors/lirs.py) serves,
 the controller disarmed, while threshold.ThresholdEngine reads each window's d (its breach /
 drift rule, 3 consecutive breaches); when it fires, `ServingLirsFront` prices the hot switch
 as threshold.py does (the metadata walk, S stack plus Q entries times the calibration's HBM
@@ -43,10 +43,12 @@ from ..adaptive.signals import count_buckets, entropy_bits, p99
 from ..adaptive.sits import BEHAVIOURS, Controller, SitsConfig
 from ..adaptive.threshold import ThresholdEngine
 from ..classic.arc import RECENCY, SCAN
+from ..classic.lirs import IN_Q, LIR
 from ..errors import ServingReplayError
-from .evictors import _B1, _BEHAV, _N0, _PINNED, _T1, _T2, LIRS, SITS, _unpark
+from .evictors import LIRS, SITS, lirs
 from .evictors import new_state as new_evictor
-from .lirs_form import IN_Q, LIR, NHH, NHIR, QH, RES, SH, SN
+from .evictors._lists import PINNED, unpark
+from .evictors.arc import B1, T1, T2
 
 WINDOW_S = 10.0  # docs/serving-adaptive.md: why 10 s of simulated time
 NIL = -1
@@ -56,49 +58,53 @@ NIL = -1
 
 
 @njit(cache=True, inline="always")
-def _append(prev, nxt, flag, sc, q, x):
-    """x at the tail (oldest end) of evictor list q, counted in its size."""
-    _unpark(prev, nxt, flag, sc, q, x)
-    sc[_N0 + q] += 1
+def _append(A, q, x):
+    """x at the tail (oldest end) of SITS list q, counted in its size."""
+    unpark(A.prev, A.nxt, A.flag, A.head, A.tail, q, x)
+    A.size[q] += 1
 
 
 @njit(cache=True)
 def _lirs_to_sits(L, A, capacity):
-    """Fill the empty SITS state A from the serving LIRS state L: LIR blocks in stack-S order
-    -> T2, Q (head first) -> T1, then Q's parked (pinned) blocks at T1's old end, NH (most
-    recent first) -> B1 while |T1| + |B1| <= capacity; p = |T1|; pin bits kept."""
-    lprev, lnxt, lflag, lf, hn, qp, qn, hp, lsc, lfp = L
-    prev, nxt, flag, cnt, gpos, small, main, ghost, sc, fp = A
-    x = np.int32(lsc[SH])
+    """Fill the empty SITS state A (evictors/arc.py's) from the serving LIRS state L
+    (evictors/lirs.py's): LIR blocks in stack-S order -> T2, Q (head first) -> T1, then Q's
+    parked (pinned) blocks at T1's old end, NH (most recent first) -> B1 while |T1| + |B1| <=
+    capacity; p = |T1|; pin bits kept."""
+    lf, where, flag = L.lf, A.where, A.flag
+    x = L.head[lirs.S]
     while x != NIL:
         if lf[x] & LIR:
-            _append(prev, nxt, flag, sc, _T2, x)
-            cnt[x] = _T2
-            flag[x] = lflag[x] & _PINNED
-        x = lnxt[x]
-    x = np.int32(lsc[QH])
+            _append(A, T2, x)
+            where[x] = T2
+            flag[x] = L.flag[x] & PINNED
+        x = L.nxt[x]
+    x = L.head[lirs.Q]
     while x != NIL:
-        _append(prev, nxt, flag, sc, _T1, x)
-        cnt[x] = _T1
-        flag[x] = lflag[x] & _PINNED
-        x = qn[x]
+        _append(A, T1, x)
+        where[x] = T1
+        flag[x] = L.flag[x] & PINNED
+        x = L.qn[x]
     for y in range(lf.shape[0]):  # parked Q blocks are off Q's links
-        if lf[y] & IN_Q and lf[y] & RES and cnt[y] == NIL:
-            _append(prev, nxt, flag, sc, _T1, y)
-            cnt[y] = _T1
-            flag[y] = lflag[y] & _PINNED
-    x = np.int32(lsc[NHH])
-    while x != NIL and sc[_N0 + _T1] + sc[_N0 + _B1] < capacity:
-        _append(prev, nxt, flag, sc, _B1, x)
-        cnt[x] = _B1
-        x = hn[x]
-    fp[0] = float(sc[_N0 + _T1])
+        # IN_Q alone: a Q block whose S entry was pruned has lost RES (classic/lirs.py's prune
+        # clears S_BITS) and is resident all the same; requiring RES left such pinned blocks
+        # out of SITS, cached in the pool but in no list (found in issue 24's refactor: a
+        # hit on one unlinked it from list NIL, i.e. B2's slot, and B2's size went negative)
+        if lf[y] & IN_Q and where[y] == NIL:
+            _append(A, T1, y)
+            where[y] = T1
+            flag[y] = L.flag[y] & PINNED
+    x = L.head[lirs.NH]
+    while x != NIL and A.size[T1] + A.size[B1] < capacity:
+        _append(A, B1, x)
+        where[x] = B1
+        x = L.hn[x]
+    A.v[0].p = float(A.size[T1])
 
 
 def lirs_to_sits(S_lirs, n_ids: int, capacity: int):
     """A SITS evictor state (SCAN) holding every block the serving LIRS state holds."""
     A = new_evictor(SITS, n_ids, capacity)
-    _lirs_to_sits(S_lirs.legacy, A.legacy, np.int64(capacity))
+    _lirs_to_sits(S_lirs.lirs, A.arc, np.int64(capacity))
     return A
 
 
@@ -119,8 +125,8 @@ class ServingLirsFront:
         """Metadata entries the switch walks: the S stack plus Q (frozen while it is built)."""
         if self._entries is not None:
             return self._entries
-        sc = self.run.S.legacy[8]
-        return int(sc[SN] + sc[NHIR])
+        c = self.run.S.lirs.v[0]
+        return int(c.s_n + c.n_hir)
 
     def back_buffer(self):
         """LIRS serves on for the walk's priced time (entries x the HBM latency), then the
@@ -129,7 +135,7 @@ class ServingLirsFront:
         walk_s = self._entries * float(self.gate.entry_ns) * 1e-9
         if not self.run.finished:
             self.run.advance(self.run.now + walk_s)
-        return lirs_to_sits(self.run.S, len(self.run.S.legacy[0]), self.capacity)
+        return lirs_to_sits(self.run.S, len(self.run.S.lirs.prev), self.capacity)
 
     def swap(self, back):
         self.run.pid, self.run.S = SITS, back
@@ -182,12 +188,11 @@ def drive(run, meta, window_s: float = WINDOW_S, threshold: bool = False, calibr
     shadow = (shadow_counts(rb.ref_ids, n_ref_ids, capacity, k, np.ascontiguousarray(rb.ref_offsets, dtype=np.int64))
               if n else np.zeros((3, 0), dtype=np.int64))
     ctl = Controller(cfg, behaviour=BEHAVIOURS.index(cfg.initial))
-    sc = run.S.legacy[8]
     front = None
     if gate is not None:
         front = ServingLirsFront(run, capacity, gate)
     else:
-        sc[_BEHAV] = ctl.behaviour
+        run.S.arc.v[0].behaviour = ctl.behaviour
     armed = gate is None
     arrival, t_first, t_sched, status = run.arrival, run.t_first, run.t_sched, run.status
     REJECTED = run.REJECTED  # noqa: N806 (the scheduler's status code)
@@ -238,10 +243,10 @@ def drive(run, meta, window_s: float = WINDOW_S, threshold: bool = False, calibr
         if gate is not None and not armed:
             armed = gate.observe(w, t_now, d, front, ctl.events)
             if armed:
-                run.S.legacy[8][_BEHAV] = ctl.behaviour
+                run.S.arc.v[0].behaviour = ctl.behaviour
         ctl.decide(w, t_now, h_bits, d, load, {RECENCY: int(sums[1]), SCAN: int(sums[2])}, int(sums[0]), armed)
         if armed:
-            run.S.legacy[8][_BEHAV] = ctl.behaviour
+            run.S.arc.v[0].behaviour = ctl.behaviour
     seconds = time.perf_counter() - start
     res = run.result(meta, seconds)
     total = sum(served.values())

@@ -83,9 +83,11 @@ from .sglang_admission import CK_FULL, N_CLOCK, sg_admits, sg_admitted, sg_pass_
 #: Sources numba compiles into `replay` besides this file (it inlines and links them without
 #: tracking them): its cache files are keyed by all of them (common/numba_locator.py), so an
 #: edit to any one compiles it afresh, and another checkout's version keeps its own files.
-NUMBA_CACHE_DEPENDS = ("evictors/__init__.py", "evictors/_lists.py", "evictors/lru.py", "lirs_form.py", "lfu_form.py",
-                       "pool.py", "radix.py", "sglang_admission.py", "latency.py", "../classic/twoq.py",
-                       "../classic/_structs.py")
+NUMBA_CACHE_DEPENDS = ("evictors/__init__.py", "evictors/_lists.py", "evictors/lru.py", "evictors/fifo.py",
+                       "evictors/sieve.py", "evictors/s3fifo.py", "evictors/arc.py", "evictors/lirs.py",
+                       "evictors/lfu.py", "evictors/sits.py", "pool.py", "radix.py", "sglang_admission.py",
+                       "latency.py", "../classic/twoq.py", "../classic/_structs.py", "../classic/arc.py",
+                       "../classic/lirs.py")
 
 VLLM, SGLANG = 0, 1
 # per-request status

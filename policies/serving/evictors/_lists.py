@@ -15,7 +15,7 @@ import numpy as np
 
 from sitsprof.common.jit import njit
 
-from ...classic._structs import NIL
+from ...classic._structs import NIL, push_head, unlink
 
 PINNED = 128  # the pool's reference count is above 0
 PARKED = 64  # pinned, taken off its list by a victim walk; back at the list's tail when unpinned
@@ -29,6 +29,20 @@ def new_lists(n_ids: int, n_lists: int):
     return (np.full(n, NIL, dtype=np.int32), np.full(n, NIL, dtype=np.int32),
             np.full(n_lists, NIL, dtype=np.int32), np.full(n_lists, NIL, dtype=np.int32),
             np.zeros(n_lists, dtype=np.int64))
+
+
+@njit(cache=True, inline="always")
+def push(st, q, x):
+    """Unlinked x at the head of list q of state `st` (its fields prev, nxt, head, tail, size)."""
+    push_head(st.prev, st.nxt, st.head, st.tail, q, x)
+    st.size[q] += 1
+
+
+@njit(cache=True, inline="always")
+def remove(st, q, x):
+    """x (linked in list q of state `st`) off it."""
+    unlink(st.prev, st.nxt, st.head, st.tail, q, x)
+    st.size[q] -= 1
 
 
 @njit(cache=True, inline="always")

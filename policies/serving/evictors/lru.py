@@ -17,8 +17,8 @@ import numpy as np
 
 from sitsprof.common.jit import njit
 
-from ...classic._structs import NIL, push_head, unlink
-from ._lists import new_lists
+from ...classic._structs import NIL
+from ._lists import new_lists, push, remove
 
 LruState = namedtuple("LruState", "prev nxt head tail size")
 
@@ -46,19 +46,16 @@ def admit(st, x):
 
 @njit(cache=True, inline="always")
 def pin(st, x):
-    unlink(st.prev, st.nxt, st.head, st.tail, 0, x)
-    st.size[0] -= 1
+    remove(st, 0, x)
 
 
 @njit(cache=True, inline="always")
 def unpin(st, x):
-    push_head(st.prev, st.nxt, st.head, st.tail, 0, x)
-    st.size[0] += 1
+    push(st, 0, x)
 
 
 @njit(cache=True, inline="always")
 def victim(st):
     x = st.tail[0]
-    unlink(st.prev, st.nxt, st.head, st.tail, 0, x)
-    st.size[0] -= 1
+    remove(st, 0, x)
     return x
