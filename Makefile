@@ -5,6 +5,11 @@ BIN    := $(VENV)/bin
 
 .PHONY: demo test lint bench clean compile
 
+# `make test` runs the suite on this many worker processes (pytest-xdist), whole test files to a
+# worker so that each module's fixtures are built once (the cold compile the first-run tests
+# share is built once a run: tests/conftest.py). 0: in this process, one test after another.
+TEST_WORKERS ?= 2
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
@@ -42,7 +47,7 @@ test: lint $(VENV)/.compiled
 	  (export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q chromium >/dev/null 2>&1 || \
 	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) || \
 	  echo "make: could not install chromium (not root?): the browser test will skip"
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/bench_policies.py

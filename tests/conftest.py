@@ -129,15 +129,42 @@ def compiled_cold_cache(tmp_path_factory) -> dict:
     the tests that check "after compile, the first run compiles nothing" (simulate,
     tests/test_compile_once.py; every replay form, tests/test_replay_cli.py) and the one that
     compiles fifo and sieve into a copy of it (tests/test_startup.py) share its one cold compile
-    (~a minute of CPU on 2 cores each). Read it, never write to it: copy it first."""
+    (~a minute of CPU on 2 cores each). Read it, never write to it: copy it first.
+
+    Under pytest-xdist (`make test` runs `-n 2`) the workers share it too: the first to ask
+    compiles it under a file lock in the run's shared temporary folder, the other waits for it
+    and reads it, so the minute is paid once a run, not once per worker."""
     import subprocess
     import sys
 
-    cache = str(tmp_path_factory.mktemp("cold-numba") / "numba")
-    env = dict(os.environ, SITSPROF_JIT="numba", SITSPROF_NUMBA_CACHE_DIR=cache, NUMBA_CACHE_DIR=cache)
-    sitsprof = os.path.join(os.path.dirname(sys.executable), "sitsprof")
-    done = subprocess.run([sitsprof, "compile", "-p", "lru", "-j", "2", "--json"], env=env, capture_output=True,
-                          text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "serving replay" in done.stderr, done.stderr[-2000:]
-    return env
+    def compile_into(folder: Path) -> dict:
+        cache = str(folder / "numba")
+        env = dict(os.environ, SITSPROF_JIT="numba", SITSPROF_NUMBA_CACHE_DIR=cache, NUMBA_CACHE_DIR=cache)
+        sitsprof = os.path.join(os.path.dirname(sys.executable), "sitsprof")
+        done = subprocess.run([sitsprof, "compile", "-p", "lru", "-j", "2", "--json"], env=env, capture_output=True,
+                              text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "serving replay" in done.stderr, done.stderr[-2000:]
+        return {"SITSPROF_JIT": "numba", "SITSPROF_NUMBA_CACHE_DIR": cache, "NUMBA_CACHE_DIR": cache}
+
+    return dict(os.environ, **once_per_run(tmp_path_factory, "cold-numba", compile_into))
+
+
+def once_per_run(tmp_path_factory, name: str, make) -> dict:
+    """`make(folder)` (a JSON-able dict) once a test run: in this process without pytest-xdist;
+    with it, by the first worker to ask (under a file lock, in the folder the run's workers
+    share), the others reading what it wrote."""
+    import fcntl
+    import json
+    import tempfile
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return make(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent  # pytest-N/, above each worker's popen-gwK/
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / f"{name}.json"
+        if not done.exists():
+            folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=shared))  # a worker that failed left its own
+            done.write_text(json.dumps(make(folder)))
+        return json.loads(done.read_text())
