@@ -130,6 +130,97 @@ def _next_ready(arrival, delay, status, nxt):
     return best
 
 
+@njit(cache=True, inline="always")
+def _arrivals(now, nxt, n, n_run, wn, wh, done, iss, serial, mode, capacity, arrival, delay, offsets, status, stats,
+              wq):
+    """Step 1: requests that arrived by `now` join the back of the waiting ring (one needing
+    more blocks than the pool has is rejected; with `serial`, one only when nothing runs or
+    waits). Returns (waiting, done, next closed-loop request)."""
+    j = nxt
+    while j < n and arrival[j] <= now:
+        if status[j] != FUTURE or arrival[j] + delay[j] > now:
+            j += 1
+            continue
+        if serial and (n_run > 0 or wn > 0):
+            break
+        need = offsets[j + 1] - offsets[j]
+        if mode == 0 and need > capacity:
+            status[j] = REJECTED
+            stats[ST_REJECTED] += 1
+            done += 1
+            if iss < n:  # its client sends the next request at once
+                arrival[iss] = now
+                iss += 1
+        else:
+            status[j] = WAITING
+            wq[(wh + wn) % (n + 1)] = j
+            wn += 1
+        j += 1
+    return wn, done, iss
+
+
+@njit(cache=True, inline="always")
+def _batch_shape(run, sched, n_sched, comp, prompt, gen, held):
+    """Step 4's inputs: (prefill tokens, attention pairs of the prefill, context tokens, blocks in
+    the batch's tables, requests in the batch; RULE_PREFILL_FIRST leaves the other kind out: sched 0)."""
+    prefill = 0
+    pairs = 0.0
+    context = 0
+    table = 0
+    n_step = 0
+    for i in range(n_sched):
+        r = run[i]
+        new = sched[i]
+        if new == 0:
+            continue
+        n_step += 1
+        c = comp[r]
+        if c + new < prompt[r] + gen[r] or new > 1 or gen[r] == 0:
+            prefill += new
+            pairs += new * (c + new * 0.5)
+        context += c + new
+        table += held[r]
+    return prefill, pairs, context, table, n_step
+
+
+@njit(cache=True, inline="always")
+def _complete(pid, S, R, pool, engine, mode, sg_admit, clock, now, n, bt, run, sched, n_run, n_sched, offsets, ids,
+              prompt, output, comp, gen, held, reg, status, t_first, t_done, arrival, done, iss):
+    """Step 5: every scheduled request's computed tokens advance; one that has computed all its
+    known tokens samples one more output token (the first is its TTFT); one with all its
+    outputs finishes, frees its blocks tail first and leaves `run` (order kept). Returns
+    (running, done, next closed-loop request)."""
+    ref, cached, kind, pc, ev_log = pool
+    keep = 0
+    for i in range(n_run):
+        r = run[i]
+        if i < n_sched:
+            comp[r] += sched[i]
+            if comp[r] >= prompt[r] + gen[r]:
+                gen[r] += 1
+                if t_first[r] < 0:
+                    t_first[r] = now
+                if gen[r] >= output[r]:
+                    if mode == 0 and engine == SGLANG:
+                        r_release(R, ids, offsets[r], held[r], ref, cached, kind, pc, True,
+                                  reg[r], comp[r] // bt, prompt[r] // bt)
+                    elif mode == 0:
+                        release(pid, S, ids, offsets[r], held[r], ref, kind, pc)
+                    held[r] = 0
+                    status[r] = DONE
+                    if sg_admit:  # a request left the running batch: SGLang's batch_is_full clears
+                        clock[CK_FULL] = 0.0
+                    t_done[r] = now
+                    done += 1
+                    if iss < n:  # closed loop: the client sends its next request now
+                        arrival[iss] = now
+                        iss += 1
+                    continue
+        run[keep] = r
+        keep += 1
+    return keep, done, iss
+
+
 # _nrt=False: the kernel allocates nothing (every array is passed in), and with numba's runtime on,
 # each inlined evictor / pool call that unpacks the `S` and `pool` tuples adds atomic reference
 # count updates (NRT_IncRef / NRT_DecRef) that numba's refprune pass leaves in the loops: half
@@ -171,26 +262,8 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
             break
         # 1. arrivals: every request sent by now (arrival) whose frontend delay has passed; with
         # delays, requests sent close together may reach the engine out of index order
-        j = nxt
-        while j < n and arrival[j] <= now:
-            if status[j] != FUTURE or arrival[j] + delay[j] > now:
-                j += 1
-                continue
-            if serial and (n_run > 0 or wn > 0):
-                break
-            need = offsets[j + 1] - offsets[j]
-            if mode == 0 and need > capacity:
-                status[j] = REJECTED
-                stats[ST_REJECTED] += 1
-                done += 1
-                if iss < n:  # its client sends the next request at once
-                    arrival[iss] = now
-                    iss += 1
-            else:
-                status[j] = WAITING
-                wq[(wh + wn) % (n + 1)] = j
-                wn += 1
-            j += 1
+        wn, done, iss = _arrivals(now, nxt, n, n_run, wn, wh, done, iss, serial, mode, capacity, arrival, delay,
+                                  offsets, status, stats, wq)
         while nxt < n and status[nxt] != FUTURE:
             nxt += 1
         if wn > stats[ST_PEAK_WAITING]:
@@ -384,59 +457,18 @@ def replay(pid, S, pool, engine, R, offsets, ids, n_full, prompt, output, arriva
             break
         if n_run > stats[ST_PEAK_RUNNING]:
             stats[ST_PEAK_RUNNING] = n_run
-        # 4. the step
-        prefill = 0
-        pairs = 0.0
-        context = 0
-        table = 0
-        n_step = 0  # requests in this batch (RULE_PREFILL_FIRST leaves the other kind out: sched 0)
-        for i in range(n_sched):
-            r = run[i]
-            new = sched[i]
-            if new == 0:
-                continue
-            n_step += 1
-            c = comp[r]
-            if c + new < prompt[r] + gen[r] or new > 1 or gen[r] == 0:
-                prefill += new
-                pairs += new * (c + new * 0.5)
-            context += c + new
-            table += held[r]
+        # 4. the step: its time from the batch's shape (latency.py)
+        prefill, pairs, context, table, n_step = _batch_shape(run, sched, n_sched, comp, prompt, gen, held)
         tok = max_batched - budget - sg_pad
         dt = step_seconds(lat_params, prefill, pairs, context, tok, n_step, table, rng_state, terms)
         now += dt
         stats[ST_STEPS] += 1
         stats[ST_TOKENS] += tok
         stats[ST_PREFILL_TOKENS] += prefill
-        # advance; finished requests leave `run`, order kept
-        keep = 0
-        for i in range(n_run):
-            r = run[i]
-            if i < n_sched:
-                comp[r] += sched[i]
-                if comp[r] >= prompt[r] + gen[r]:
-                    gen[r] += 1
-                    if t_first[r] < 0:
-                        t_first[r] = now
-                    if gen[r] >= output[r]:
-                        if mode == 0 and engine == SGLANG:
-                            r_release(R, ids, offsets[r], held[r], ref, cached, kind, pc, True,
-                                      reg[r], comp[r] // bt, prompt[r] // bt)
-                        elif mode == 0:
-                            release(pid, S, ids, offsets[r], held[r], ref, kind, pc)
-                        held[r] = 0
-                        status[r] = DONE
-                        if sg_admit:  # a request left the running batch: SGLang's batch_is_full clears
-                            clock[CK_FULL] = 0.0
-                        t_done[r] = now
-                        done += 1
-                        if iss < n:  # closed loop: the client sends its next request now
-                            arrival[iss] = now
-                            iss += 1
-                        continue
-            run[keep] = r
-            keep += 1
-        n_run = keep
+        # 5. completion: computed tokens advance, outputs are sampled, finished requests leave
+        n_run, done, iss = _complete(pid, S, R, pool, engine, mode, sg_admit, clock, now, n, bt, run, sched, n_run,
+                                     n_sched, offsets, ids, prompt, output, comp, gen, held, reg, status, t_first,
+                                     t_done, arrival, done, iss)
     si[SI_WH] = wh
     si[SI_WN] = wn
     si[SI_NRUN] = n_run
