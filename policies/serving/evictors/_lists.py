@@ -31,6 +31,13 @@ def new_lists(n_ids: int, n_lists: int):
             np.zeros(n_lists, dtype=np.int64))
 
 
+@njit(cache=True)
+def pin(st, x):
+    """The pool pinned x (a request holds it): the policies that pass pinned blocks over by
+    their bit (all but LRU, whose free queue drops them) set it; `st` has a `flag` array."""
+    st.flag[x] |= PINNED
+
+
 @njit(cache=True, inline="always")
 def push(st, q, x):
     """Unlinked x at the head of list q of state `st` (its fields prev, nxt, head, tail, size)."""

@@ -28,6 +28,7 @@ from sitsprof.common.jit import njit
 from ...classic._structs import NIL
 from ...classic.arc import SCAN
 from ._lists import NOT_PINNED, PARKED, PINNED, new_lists, oldest_unpinned, push, remove, unpark
+from ._lists import pin as pin  # the pool's pin: set the bit (_lists.py)
 
 T1, T2, B1, B2 = 0, 1, 2, 3
 PEND_G, PEND_B2 = 16, 32  # a looked-up miss that was a ghost hit (B1 or B2), in B2
@@ -117,11 +118,6 @@ def admit_to(st, x, recency):
 @njit(cache=True)
 def admit(st, x):
     admit_to(st, x, False)
-
-
-@njit(cache=True)
-def pin(st, x):
-    st.flag[x] |= PINNED
 
 
 @njit(cache=True)

@@ -17,6 +17,7 @@ from sitsprof.common.jit import njit
 
 from ...classic._structs import NIL
 from ._lists import NOT_PINNED, PARKED, PINNED, new_lists, oldest_unpinned, push, remove, unpark
+from ._lists import pin as pin  # the pool's pin: set the bit (_lists.py)
 
 FifoState = namedtuple("FifoState", "prev nxt flag head tail size")
 
@@ -41,11 +42,6 @@ def miss(st, x):
 def admit(st, x):
     st.flag[x] |= PINNED
     push(st, 0, x)
-
-
-@njit(cache=True)
-def pin(st, x):
-    st.flag[x] |= PINNED
 
 
 @njit(cache=True)

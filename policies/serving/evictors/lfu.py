@@ -30,6 +30,7 @@ from sitsprof.common.jit import njit
 
 from ...classic._structs import NIL, push_head, push_tail_s, unlink
 from ._lists import NOT_PARKED, NOT_PINNED, PARKED, PINNED
+from ._lists import pin as pin  # the pool's pin: set the bit (_lists.py)
 
 SCALARS = np.dtype([("low", np.int64), ("high", np.int64), ("n_spare", np.int64)], align=True)
 
@@ -145,11 +146,6 @@ def admit(st, x):
     first[nd], last[nd] = push_tail_s(st.prev, st.nxt, first[nd], last[nd], x)
     st.members[nd] += 1
     st.node_of[x] = nd
-
-
-@njit(cache=True)
-def pin(st, x):
-    st.flag[x] |= PINNED
 
 
 @njit(cache=True)

@@ -40,6 +40,7 @@ from sitsprof.common.jit import njit
 from ...classic._structs import NIL, move_to_head, push_head, unlink
 from ...classic.lirs import IN_NH, IN_Q, IN_S, LIR, RES, S_BITS
 from ._lists import NOT_PARKED, NOT_PINNED, PARKED, PINNED, oldest_unpinned, unpark
+from ._lists import pin as pin  # the pool's pin: set the bit (_lists.py)
 
 S, Q, NH = 0, 1, 2  # the lists, as indexes of head / tail
 
@@ -246,11 +247,6 @@ def admit(st, x):
             lf[x] |= IN_S | RES | IN_Q
             c.n_hir += 1
     _bound(st)
-
-
-@njit(cache=True)
-def pin(st, x):
-    st.flag[x] |= PINNED
 
 
 @njit(cache=True)

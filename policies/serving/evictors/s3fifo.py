@@ -26,6 +26,7 @@ from sitsprof.common.jit import njit
 from ...classic._structs import NIL
 from ...classic.twoq import ghost_add, ghost_take, new_ghost, new_ring, ring_pop, ring_push
 from ._lists import NOT_PARKED, NOT_PINNED, PARKED, PINNED
+from ._lists import pin as pin  # the pool's pin: set the bit (_lists.py)
 
 SMALL, MAIN = 1, 2  # (GHOST = 4: twoq's, the bit ghost_take / ghost_add keep)
 PEND_G = 16  # looked up as a miss that was a ghost hit: admitted to main
@@ -82,11 +83,6 @@ def admit(st, x):
         c.n_small += 1
     st.freq[x] = 0
     flag[x] &= 0xFF ^ PEND_G
-
-
-@njit(cache=True)
-def pin(st, x):
-    st.flag[x] |= PINNED
 
 
 @njit(cache=True)

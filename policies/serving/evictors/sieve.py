@@ -19,6 +19,7 @@ from sitsprof.common.jit import njit
 
 from ...classic._structs import NIL
 from ._lists import NOT_PINNED, PINNED, new_lists, push, remove
+from ._lists import pin as pin  # the pool's pin: set the bit (_lists.py)
 
 VISITED = 8
 NOT_VISITED = 0xFF ^ VISITED
@@ -48,11 +49,6 @@ def admit(st, x):
     st.flag[x] |= PINNED
     push(st, 0, x)
     st.flag[x] &= NOT_VISITED
-
-
-@njit(cache=True)
-def pin(st, x):
-    st.flag[x] |= PINNED
 
 
 @njit(cache=True)
