@@ -25,6 +25,21 @@ import numpy as np
 
 from sitsprof.common.jit import njit
 
+__all__ = [
+    "NIL",
+    "grow",
+    "insert_after_s",
+    "move_to_head",
+    "move_to_head_s",
+    "new_lists",
+    "pop_tail",
+    "push_head",
+    "push_head_s",
+    "push_tail_s",
+    "unlink",
+    "unlink_s",
+]
+
 NIL = -1
 
 

@@ -25,6 +25,21 @@ from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import grow
 
+__all__ = [
+    "DESCRIPTION",
+    "KERNEL",
+    "NAME",
+    "NUMBA_CACHE_DEPENDS",
+    "STREAM_FUTURE",
+    "grow_state",
+    "max_resident",
+    "new_state",
+    "new_stream_state",
+    "next_uses",
+    "replay_window",
+    "stream_window",
+]
+
 #: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
 NUMBA_CACHE_DEPENDS = ("_structs.py",)
 

@@ -7,6 +7,19 @@ from sitsprof.common.jit import njit
 
 from ._structs import grow
 
+__all__ = [
+    "DESCRIPTION",
+    "KERNEL",
+    "NAME",
+    "NUMBA_CACHE_DEPENDS",
+    "grow_state",
+    "max_resident",
+    "new_state",
+    "new_stream_state",
+    "replay_window",
+    "stream_window",
+]
+
 #: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
 NUMBA_CACHE_DEPENDS = ("_structs.py",)
 

@@ -18,6 +18,19 @@ from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import NIL, grow, insert_after_s, push_head_s, push_tail_s, unlink_s
 
+__all__ = [
+    "DESCRIPTION",
+    "KERNEL",
+    "NAME",
+    "NUMBA_CACHE_DEPENDS",
+    "grow_state",
+    "max_resident",
+    "new_state",
+    "new_stream_state",
+    "replay_window",
+    "stream_window",
+]
+
 #: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
 NUMBA_CACHE_DEPENDS = ("_structs.py",)
 

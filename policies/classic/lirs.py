@@ -38,6 +38,32 @@ from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import NIL, grow, new_lists
 
+__all__ = [
+    "DESCRIPTION",
+    "IN_NH",
+    "IN_Q",
+    "IN_S",
+    "KERNEL",
+    "LIR",
+    "NAME",
+    "NOT_IN_NH",
+    "NOT_IN_Q",
+    "NOT_IN_S",
+    "NOT_LIR",
+    "NOT_RES",
+    "NOT_S_BITS",
+    "NUMBA_CACHE_DEPENDS",
+    "PARAM_RANGES",
+    "RES",
+    "S_BITS",
+    "grow_state",
+    "max_resident",
+    "new_state",
+    "new_stream_state",
+    "replay_window",
+    "stream_window",
+]
+
 #: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
 NUMBA_CACHE_DEPENDS = ("_structs.py",)
 

@@ -20,6 +20,19 @@ from sitsprof.common.jit import njit
 
 from ._structs import NIL, grow, push_tail_s, unlink_s
 
+__all__ = [
+    "DESCRIPTION",
+    "KERNEL",
+    "NAME",
+    "NUMBA_CACHE_DEPENDS",
+    "grow_state",
+    "max_resident",
+    "new_state",
+    "new_stream_state",
+    "replay_requests",
+    "stream_requests",
+]
+
 #: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
 NUMBA_CACHE_DEPENDS = ("_structs.py",)
 

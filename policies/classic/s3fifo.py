@@ -26,6 +26,22 @@ from sitsprof.common.prefetch import AHEAD, prefetch
 from ._structs import grow
 from .twoq import ghost_add, ghost_take, grow_ring, new_ghost, new_ring, new_rows, ring_pop, ring_push
 
+__all__ = [
+    "DESCRIPTION",
+    "KERNEL",
+    "MAIN",
+    "NAME",
+    "NUMBA_CACHE_DEPENDS",
+    "PARAM_RANGES",
+    "SMALL",
+    "grow_state",
+    "max_resident",
+    "new_state",
+    "new_stream_state",
+    "replay_window",
+    "stream_window",
+]
+
 #: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
 NUMBA_CACHE_DEPENDS = ("_structs.py", "twoq.py")
 

@@ -16,6 +16,31 @@ from sitsprof.common.prefetch import AHEAD, prefetch
 
 from ._structs import NIL, grow, move_to_head_s, push_head_s, unlink_s
 
+__all__ = [
+    "DESCRIPTION",
+    "GHOST",
+    "IN_A",
+    "IN_B",
+    "KERNEL",
+    "NAME",
+    "NUMBA_CACHE_DEPENDS",
+    "PARAM_RANGES",
+    "ghost_add",
+    "ghost_take",
+    "grow_ring",
+    "grow_state",
+    "max_resident",
+    "new_ghost",
+    "new_ring",
+    "new_rows",
+    "new_state",
+    "new_stream_state",
+    "replay_window",
+    "ring_pop",
+    "ring_push",
+    "stream_window",
+]
+
 #: inlined into this module's kernels: part of their cache key (common/numba_locator.py)
 NUMBA_CACHE_DEPENDS = ("_structs.py",)
 

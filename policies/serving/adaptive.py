@@ -50,6 +50,8 @@ from .evictors import new_state as new_evictor
 from .evictors._lists import PINNED, unpark
 from .evictors.arc import B1, T1, T2
 
+__all__ = ["NIL", "WINDOW_S", "ServingLirsFront", "drive", "driver", "lirs_to_sits", "windowed"]
+
 WINDOW_S = 10.0  # docs/serving-adaptive.md: why 10 s of simulated time
 NIL = -1
 

@@ -20,6 +20,8 @@ import numpy as np
 
 from ..errors import ServingReplayError
 
+__all__ = ["ENGINES", "ReplayConfig"]
+
 ENGINES = ("vllm", "sglang")
 
 

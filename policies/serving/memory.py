@@ -41,6 +41,23 @@ from sitsprof.common.sizes import GiB
 
 from ..errors import ServingReplayError
 
+__all__ = [
+    "ACTIVATION_BYTES",
+    "CUDA_GRAPH_BYTES",
+    "DEFAULT_VOCAB",
+    "GPUS",
+    "GPU_MEMORY_UTILIZATION",
+    "NON_TORCH_BYTES_TP",
+    "NON_TORCH_BYTES_TP1",
+    "MemoryPlan",
+    "device_memory",
+    "oversized",
+    "plan",
+    "pool_blocks",
+    "pool_fields",
+    "resolve_pool",
+]
+
 #: GPU memory as vLLM sees it (CUDA total at start), and where that figure is printed
 GPUS = {
     "h100": ("H100 SXM 80 GB", 79.18 * GiB, "vLLM's start-up line on H100 (llm-d-benchmark, "

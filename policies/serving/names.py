@@ -4,6 +4,8 @@ evictors.POLICY_IDS maps the same names to the kernels' ids; tests/test_replay_c
 the two lists equal."""
 from __future__ import annotations
 
+__all__ = ["SERVING_POLICIES", "SGLANG_POLICIES", "serving_names"]
+
 #: In evictors.POLICY_IDS order (what `-p all` replays).
 SERVING_POLICIES = ("lru", "fifo", "sieve", "s3fifo", "arc", "lirs", "lfu", "sits")
 #: Policies --engine sglang serves: SGLang 0.5.23's own eviction strategies (evict_policy.py)

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from ..errors import ServingReplayError
 from .slo import DEFAULT_TPOT_P99_MS, DEFAULT_TTFT_P99_MS
 
+__all__ = ["MAX_INSTANCES", "fewest_instances", "meets", "step_lines"]
+
 MAX_INSTANCES = 1024
 
 

@@ -29,6 +29,32 @@ from sitsprof.common.jit import njit
 
 from .evictors import ev_admit, ev_hit, ev_miss, ev_pin, ev_unpin, ev_victim
 
+__all__ = [
+    "ALLOCATED",
+    "CAPACITY",
+    "EVICTIONS",
+    "HIT_BLOCKS",
+    "LOG_N",
+    "LOG_ON",
+    "LOOKUP_BLOCKS",
+    "N_CACHED",
+    "N_EVICTABLE",
+    "N_PC",
+    "N_PRIVATE",
+    "PEAK_PINNED",
+    "allocate",
+    "available",
+    "drop",
+    "evictable_among",
+    "lookup",
+    "new_pool",
+    "note_pinned",
+    "register",
+    "release",
+    "take_slot",
+    "touch",
+]
+
 N_CACHED, N_PRIVATE, N_EVICTABLE, EVICTIONS, LOG_N, PEAK_PINNED, CAPACITY, LOG_ON = range(8)
 HIT_BLOCKS, LOOKUP_BLOCKS, ALLOCATED = 8, 9, 10
 N_PC = 16

@@ -34,6 +34,8 @@ from sitsprof.common.jit import njit
 
 from .pool import CAPACITY, N_CACHED, N_EVICTABLE, N_PRIVATE, drop
 
+__all__ = ["NIL", "RADIX_POLICIES", "new_radix", "r_allocate", "r_register", "r_release", "r_touch"]
+
 NIL = -1
 _HN, _CLOCK, _POLICY = 0, 1, 2  # scalars in rs: heap entries, stamp counter, eviction policy
 #: SGLang's eviction strategies (mem_cache/evict_policy.py), by the leaf key each sorts by:

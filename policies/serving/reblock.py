@@ -34,6 +34,8 @@ from sitsprof.common.jit import njit
 
 from ..errors import ServingReplayError as ReblockError
 
+__all__ = ["MAX_IDS", "Reblocked", "reblock"]
+
 #: Ids are int32: every block of every request must be numbered below this.
 MAX_IDS = 2**31 - 1
 

@@ -39,6 +39,27 @@ from sitsprof.common.jit import njit
 from ..errors import ServingReplayError
 from .reblock import Reblocked
 
+__all__ = [
+    "MAX_INDEX_BYTES",
+    "PREFIX",
+    "REASONS",
+    "ROUND_ROBIN",
+    "ROUTINGS",
+    "R_BALANCE",
+    "R_CACHE",
+    "R_LEAST_LOADED",
+    "R_ROTATION",
+    "RouterSettings",
+    "Routes",
+    "aggregate_row",
+    "check_routing",
+    "route",
+    "routed_document",
+    "routed_table",
+    "run_routed",
+    "subset",
+]
+
 ROUTINGS = ("round-robin", "prefix")
 ROUND_ROBIN, PREFIX = 0, 1
 # why a request went where it went

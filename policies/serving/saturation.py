@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["KEEPS_UP", "MIN_GROWTH", "flag_text", "measure", "merged", "saturation_lines"]
+
 #: a replica keeps up when its queue absorbs at most 1 - KEEPS_UP of the arrivals
 KEEPS_UP = 0.95
 #: fewer requests than this of queue growth is noise (a replica given a handful of requests)

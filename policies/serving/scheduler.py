@@ -80,6 +80,48 @@ from .pool import (
 from .radix import new_radix, r_allocate, r_register, r_release, r_touch
 from .sglang_admission import CK_FULL, N_CLOCK, sg_admits, sg_admitted, sg_pass_start, sg_refused, sg_retract
 
+__all__ = [
+    "DONE",
+    "FUTURE",
+    "NUMBA_CACHE_DEPENDS",
+    "N_SI",
+    "N_STATS",
+    "REJECTED",
+    "RULE_FULL_ISL",
+    "RULE_PREFILL_FIRST",
+    "RULE_SERIAL",
+    "RULE_SGLANG_ADMIT",
+    "RUNNING",
+    "SERIAL_RATE_SCALE",
+    "SGLANG",
+    "SI_DONE",
+    "SI_ISSUE",
+    "SI_NRUN",
+    "SI_NXT",
+    "SI_WH",
+    "SI_WN",
+    "ST_HIT_TOKENS",
+    "ST_PEAK_RUNNING",
+    "ST_PEAK_WAITING",
+    "ST_POOL_BLOCKED",
+    "ST_PREEMPTIONS",
+    "ST_PREFILL_TOKENS",
+    "ST_PROMPT_TOKENS",
+    "ST_REJECTED",
+    "ST_STEPS",
+    "ST_TOKENS",
+    "VLLM",
+    "VLLM_VERSION",
+    "WAITING",
+    "ReplayResult",
+    "ReplayRun",
+    "admission_rules",
+    "new_run_state",
+    "replay",
+    "replay_row",
+    "run_replay",
+]
+
 #: Sources numba compiles into `replay` besides this file (it inlines and links them without
 #: tracking them): its cache files are keyed by all of them (common/numba_locator.py), so an
 #: edit to any one compiles it afresh, and another checkout's version keeps its own files.

@@ -55,6 +55,31 @@ from sitsprof.common.jit import njit
 from .pool import available, evictable_among
 from .radix import r_release
 
+__all__ = [
+    "CK_DECAY",
+    "CK_FULL",
+    "CK_IGNORE_EOS",
+    "CK_INIT",
+    "CK_MIN",
+    "CK_OFFSET",
+    "CK_RATIO",
+    "CLIP_MAX_NEW_TOKENS",
+    "INIT_NEW_TOKEN_RATIO",
+    "MIN_NEW_TOKEN_RATIO_FACTOR",
+    "NEW_TOKEN_RATIO_DECAY_STEPS",
+    "N_CLOCK",
+    "RETRACT_DECODE_STEPS",
+    "init_admission",
+    "sg_admits",
+    "sg_admitted",
+    "sg_after_decode_check",
+    "sg_decode_fits",
+    "sg_pass_start",
+    "sg_refused",
+    "sg_retract",
+    "sg_retract_next",
+]
+
 #: SGLang's defaults (environ.py:646-649, schedule_policy.py:89-91)
 CLIP_MAX_NEW_TOKENS = 4096
 INIT_NEW_TOKEN_RATIO = 0.7

@@ -42,6 +42,20 @@ validate.PROFILED_OVERHEAD_S (fitted on vLLM's H200 rows).
 """
 from __future__ import annotations
 
+__all__ = [
+    "SGLANG_CHUNKED_PREFILL",
+    "SGLANG_CHUNK_RULE_SINCE",
+    "SGLANG_IGNORE_EOS",
+    "SGLANG_MAX_RUNNING",
+    "SGLANG_MEMORY_RULES",
+    "sglang_cuda_graph_max_bs",
+    "sglang_engine",
+    "sglang_mem_fraction_static",
+    "sglang_pool_blocks",
+    "sglang_reserved_mib",
+    "sglang_version",
+]
+
 #: SGLang's chunked_prefill_size on 80-160 GB GPUs (server_args._handle_gpu_memory_settings)
 SGLANG_CHUNKED_PREFILL = 8192
 #: most running requests: SGLang derives max_running_requests from the pool (far above the rows'

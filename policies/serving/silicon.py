@@ -19,6 +19,8 @@ from pathlib import Path
 
 from ..errors import SiliconTableError
 
+__all__ = ["PACKAGE", "PACKAGE_CSV", "REQUIRED", "SiliconRow", "read_silicon", "silicon_path"]
+
 #: the columns a row must have (the rest are kept in `raw`)
 REQUIRED = ("id", "backend", "backend_version", "model_path", "system", "precision", "mode", "isl", "osl",
             "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms")

@@ -23,6 +23,17 @@ from __future__ import annotations
 
 import math
 
+__all__ = [
+    "DEFAULTS_SOURCE",
+    "DEFAULT_TPOT_P99_MS",
+    "DEFAULT_TTFT_P99_MS",
+    "SATURATED_SHARE",
+    "offered_rate",
+    "saturation",
+    "verdict",
+    "verdict_lines",
+]
+
 #: MLPerf Inference (v4.0+) Llama-2-70B server scenario: TTFT P99 2 s, TPOT P99 200 ms.
 DEFAULT_TTFT_P99_MS = 2000.0
 DEFAULT_TPOT_P99_MS = 200.0

@@ -13,6 +13,8 @@ from .reblock import reblock
 from .scheduler import DONE, SERIAL_RATE_SCALE, admission_rules, replay_row, run_replay
 from .slo import offered_rate
 
+__all__ = ["engine_document", "prompt_rate", "replay_document", "replay_table", "sits_options"]
+
 
 def _policies(text: str) -> list[str]:
     from .names import serving_names

@@ -13,6 +13,8 @@ from __future__ import annotations
 from .saturation import saturation_lines
 from .slo import saturation
 
+__all__ = ["COLUMNS", "TARGET_WIDTH", "fit_width", "ms", "replay_cells", "replay_table", "sits_line"]
+
 #: (header, justify): the default table; `replay_table` fills them from a replay row.
 COLUMNS = (("policy", "left"), ("blocks", "right"), ("TTFT p50", "right"), ("TTFT p99", "right"),
            ("TPOT p99", "right"), ("queue p99", "right"), ("out tok/s", "right"), ("prefix hit", "right"),

@@ -64,6 +64,41 @@ import numpy as np
 from ..errors import SiliconTableError, UnknownModelError
 from .silicon import SiliconRow
 
+__all__ = [
+    "ACTIVATION_RESERVE_BYTES",
+    "AIC_BATCHED_TOKENS_MARGIN",
+    "AIC_ESTIMATES",
+    "BENCH_RUN",
+    "BLOCK_TOKENS",
+    "CONFIG_ALIASES",
+    "CONFIG_DIR",
+    "DATA",
+    "GPU_MEMORY_UTILIZATION",
+    "MAX_NUM_BATCHED_TOKENS",
+    "MAX_NUM_SEQS",
+    "OP_PROFILES",
+    "PRECISIONS",
+    "PROFILED_OVERHEAD_S",
+    "REFERENCE_HBM_SPEC_GBS",
+    "ROUNDS",
+    "SYSTEMS",
+    "VLLM_DEFAULT_BATCHED_TOKENS",
+    "BenchRun",
+    "System",
+    "config_path",
+    "medians",
+    "pool_blocks",
+    "profile_key",
+    "read_aic",
+    "read_profiles",
+    "replay_row",
+    "row_model",
+    "selected",
+    "system_calibration",
+    "unmodellable",
+    "validate",
+]
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 CONFIG_DIR = DATA / "model_configs"
 AIC_ESTIMATES = DATA / "aic_estimates.csv"

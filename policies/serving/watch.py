@@ -20,6 +20,19 @@ import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+__all__ = [
+    "CHUNK_WALL_S",
+    "MIN_CHUNK_S",
+    "Stopped",
+    "Watch",
+    "advance",
+    "current",
+    "finished",
+    "started",
+    "trace_end",
+    "watching",
+]
+
 #: Wall seconds one compiled call aims at: Ctrl-C is acted on within about this (and one step).
 CHUNK_WALL_S = 0.1
 #: The shortest chunk of simulated time (a step lasts milliseconds at least).

@@ -39,6 +39,8 @@ from ..errors import ServingReplayError
 from ..traces.trace import Trace
 from .reblock import Reblocked, reblock
 
+__all__ = ["DEFAULT_ROUNDS", "check", "closed_loop", "synthetic", "synthetic_trace"]
+
 #: requests per client when --requests is not given (the benchmark's run length is not in the
 #: silicon table; 4 rounds put three quarters of the requests past the cold start)
 DEFAULT_ROUNDS = 4

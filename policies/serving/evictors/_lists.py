@@ -17,6 +17,19 @@ from sitsprof.common.jit import njit
 
 from ...classic._structs import NIL, push_head, unlink
 
+__all__ = [
+    "NOT_PARKED",
+    "NOT_PINNED",
+    "PARKED",
+    "PINNED",
+    "new_lists",
+    "oldest_unpinned",
+    "pin",
+    "push",
+    "remove",
+    "unpark",
+]
+
 PINNED = 128  # the pool's reference count is above 0
 PARKED = 64  # pinned, taken off its list by a victim walk; back at the list's tail when unpinned
 NOT_PINNED, NOT_PARKED = 0xFF ^ PINNED, 0xFF ^ PARKED

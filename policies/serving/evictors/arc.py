@@ -30,6 +30,27 @@ from ...classic.arc import SCAN
 from ._lists import NOT_PINNED, PARKED, PINNED, new_lists, oldest_unpinned, push, remove, unpark
 from ._lists import pin as pin  # the pool's pin: set the bit (_lists.py)
 
+__all__ = [
+    "B1",
+    "B2",
+    "NOT_PEND",
+    "PEND_B2",
+    "PEND_G",
+    "SCALARS",
+    "T1",
+    "T2",
+    "ArcState",
+    "admit",
+    "admit_to",
+    "ghost_hit",
+    "hit",
+    "miss",
+    "new",
+    "to_t2_head",
+    "unpin",
+    "victim",
+]
+
 T1, T2, B1, B2 = 0, 1, 2, 3
 PEND_G, PEND_B2 = 16, 32  # a looked-up miss that was a ghost hit (B1 or B2), in B2
 NOT_PEND = 0xFF ^ (PEND_G | PEND_B2)

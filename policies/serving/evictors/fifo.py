@@ -19,6 +19,8 @@ from ...classic._structs import NIL
 from ._lists import NOT_PINNED, PARKED, PINNED, new_lists, oldest_unpinned, push, remove, unpark
 from ._lists import pin as pin  # the pool's pin: set the bit (_lists.py)
 
+__all__ = ["FifoState", "admit", "hit", "miss", "new", "unpin", "victim"]
+
 FifoState = namedtuple("FifoState", "prev nxt flag head tail size")
 
 

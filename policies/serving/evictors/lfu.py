@@ -32,6 +32,8 @@ from ...classic._structs import NIL, push_head, push_tail_s, unlink
 from ._lists import NOT_PARKED, NOT_PINNED, PARKED, PINNED
 from ._lists import pin as pin  # the pool's pin: set the bit (_lists.py)
 
+__all__ = ["SCALARS", "LfuState", "admit", "hit", "miss", "new", "unpin", "victim"]
+
 SCALARS = np.dtype([("low", np.int64), ("high", np.int64), ("n_spare", np.int64)], align=True)
 
 LfuState = namedtuple("LfuState", "prev nxt flag node_of freq first last node_prev node_next free members v")

@@ -42,6 +42,8 @@ from ...classic.lirs import IN_NH, IN_Q, IN_S, LIR, RES, S_BITS
 from ._lists import NOT_PARKED, NOT_PINNED, PARKED, PINNED, oldest_unpinned, unpark
 from ._lists import pin as pin  # the pool's pin: set the bit (_lists.py)
 
+__all__ = ["NH", "Q", "S", "SCALARS", "LirsState", "admit", "hit", "miss", "new", "unpin", "victim"]
+
 S, Q, NH = 0, 1, 2  # the lists, as indexes of head / tail
 
 SCALARS = np.dtype([("n_lir", np.int64), ("n_hir", np.int64), ("s_n", np.int64), ("capacity", np.int64),

@@ -20,6 +20,8 @@ from sitsprof.common.jit import njit
 from ...classic._structs import NIL
 from ._lists import new_lists, push, remove
 
+__all__ = ["LruState", "admit", "hit", "miss", "new", "pin", "unpin", "victim"]
+
 LruState = namedtuple("LruState", "prev nxt head tail size")
 
 

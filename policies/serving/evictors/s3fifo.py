@@ -28,6 +28,8 @@ from ...classic.twoq import ghost_add, ghost_take, new_ghost, new_ring, ring_pop
 from ._lists import NOT_PARKED, NOT_PINNED, PARKED, PINNED
 from ._lists import pin as pin  # the pool's pin: set the bit (_lists.py)
 
+__all__ = ["MAIN", "PEND_G", "SCALARS", "SMALL", "S3FifoState", "admit", "hit", "miss", "new", "unpin", "victim"]
+
 SMALL, MAIN = 1, 2  # (GHOST = 4: twoq's, the bit ghost_take / ghost_add keep)
 PEND_G = 16  # looked up as a miss that was a ghost hit: admitted to main
 

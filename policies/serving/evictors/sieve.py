@@ -21,6 +21,8 @@ from ...classic._structs import NIL
 from ._lists import NOT_PINNED, PINNED, new_lists, push, remove
 from ._lists import pin as pin  # the pool's pin: set the bit (_lists.py)
 
+__all__ = ["NOT_VISITED", "VISITED", "SieveState", "admit", "hit", "miss", "new", "unpin", "victim"]
+
 VISITED = 8
 NOT_VISITED = 0xFF ^ VISITED
 
