@@ -291,12 +291,13 @@ def pool_blocks(spec, system: System) -> int:
 
 def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed: int = 0,
                profiles: dict | None = None, overhead_s: float | None = None, backend: str = "vllm",
-               bench: BenchRun | None = None) -> dict:
+               bench: BenchRun | None = None, scaled=None) -> dict:
     """One validation row: the silicon row's fields, measured and predicted TTFT/TPOT, the
     step terms' shares, AIConfigurator's estimate; `reason` set (and no prediction) when
     unmodellable. `profiles` (read_profiles): the measured per-op step profiles, a row without
     one unmodellable; None: the roofline step model for every row. `bench`: how the benchmark
-    ran (BenchRun; None: BENCH_RUN)."""
+    ran (BenchRun; None: BENCH_RUN). `scaled`: `calibration` already scaled to the row's system
+    as a typed Calibration (`validate` makes one per system, not one per row); None: scaled here."""
     from .scheduler import DONE, run_replay
     from .workload import synthetic
 
@@ -341,7 +342,8 @@ def replay_row(row: SiliconRow, calibration: dict, aic: dict | None = None, seed
 
         engine = sglang_engine(row.tp)
     res = run_replay(trace, "lru", blocks, reblocked=rb, block_tokens=BLOCK_TOKENS, **engine,
-                     calibration=system_calibration(calibration, system), model=spec, seed=seed,
+                     calibration=system_calibration(calibration, system) if scaled is None else scaled,
+                     model=spec, seed=seed,
                      step_profile=profile if overhead_s is None or profile is None
                      else {**profile, "overhead_ms": overhead_s * 1e3})
     done = res.status == DONE
@@ -408,9 +410,11 @@ def validate(rows: list[SiliconRow], calibration=None, aic_path=None, seed: int 
     """The validation document: {"rows": [...], "summary": medians, "calibration": name};
     `step_model` "profiled" (the per-op profiles) or "roofline" (latency.py without them);
     `bench` how the benchmarks ran (None: BENCH_RUN)."""
-    from sitsprof.calibration import load_calibration
+    from sitsprof.calibration import Calibration, load_calibration
 
     cal = load_calibration(calibration) if not isinstance(calibration, dict) else calibration
+    # scaled and validated once per system; each row's replay reads it as is
+    scaled = {name: Calibration.of(system_calibration(cal, system)) for name, system in SYSTEMS.items()}
     if not rows:
         raise SiliconTableError(f"no rows to validate (the table has no {backend} aggregated H100/H200 row)")
     aic = read_aic(aic_path)
@@ -419,7 +423,7 @@ def validate(rows: list[SiliconRow], calibration=None, aic_path=None, seed: int 
         overhead_s = PROFILED_OVERHEAD_S
     out = []
     for i, r in enumerate(rows):
-        out.append(replay_row(r, cal, aic, seed, profiles, overhead_s, backend, bench))
+        out.append(replay_row(r, cal, aic, seed, profiles, overhead_s, backend, bench, scaled.get(r.system)))
         if progress is not None:
             progress(i + 1, len(rows))
     b = BENCH_RUN if bench is None else bench
