@@ -16,7 +16,6 @@ import numpy as np
 from sitsprof.common.jit import njit
 
 from ...classic._structs import NIL, push_head, unlink
-from ...classic._structs import new_lists as _classic_lists
 
 __all__ = [
     "NOT_PARKED",
@@ -37,9 +36,12 @@ NOT_PINNED, NOT_PARKED = 0xFF ^ PINNED, 0xFF ^ PARKED
 
 
 def new_lists(n_ids: int, n_lists: int):
-    """classic/_structs.py's `n_lists` empty lists (`prev`, `nxt` int32 per block id, `head`,
-    `tail` int32 per list) and the `size` per list (int64) these lists add."""
-    return (*_classic_lists(int(n_ids), int(n_lists)), np.zeros(n_lists, dtype=np.int64))
+    """`prev`, `nxt` (int32 per block id), `head`, `tail` (int32 per list), `size` (int64 per list):
+    `n_lists` empty lists."""
+    n = max(int(n_ids), 1)
+    return (np.full(n, NIL, dtype=np.int32), np.full(n, NIL, dtype=np.int32),
+            np.full(n_lists, NIL, dtype=np.int32), np.full(n_lists, NIL, dtype=np.int32),
+            np.zeros(n_lists, dtype=np.int64))
 
 
 @njit(cache=True)
