@@ -136,7 +136,15 @@ def _main(argv: list[str] | None) -> int:
     try:
         # SIGTERM/SIGHUP unwind like Ctrl-C (finally blocks, atexit: the stdin copy, workers), exit 128+N
         with terminate_raises():
-            cli.main(args=args, prog_name="sitsprof", standalone_mode=False)
+            try:
+                cli.main(args=args, prog_name="sitsprof", standalone_mode=False)
+            except SystemError as exc:
+                # A signal whose handler raised while a C function ran (a numba dispatcher loading
+                # its kernel): Python reports "<f> returned a result with an exception set", the
+                # signal's exception as the cause. It is that signal, handled below as one.
+                if isinstance(exc.__cause__, (KeyboardInterrupt, Terminated)):
+                    raise exc.__cause__ from None
+                raise
     except click.exceptions.Abort:
         click.echo("sitsprof: aborted", err=True)
         return 130

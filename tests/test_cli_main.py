@@ -2,6 +2,7 @@
 mistakes, exit 1 with a --debug hint for bugs, tracebacks only with --debug)."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from importlib.metadata import version
@@ -68,6 +69,31 @@ def test_bug_is_one_line_with_debug_hint_and_traceback_under_debug(capsys):
         assert "internal error: KeyError" in err and "--debug" in err
         with pytest.raises(KeyError):
             main_module.main(["--debug", "boom"])
+    finally:
+        main_module.cli.commands.pop("boom")
+
+
+@pytest.mark.parametrize("cause, code", [(KeyboardInterrupt(), 130), ("terminated", 143)])
+def test_a_signal_inside_a_c_call_is_that_signal_not_an_internal_error(capsys, cause, code):
+    """A SIGTERM whose handler raised inside a numba dispatcher call reached main as
+    "SystemError: CPUDispatcher(...) returned a result with an exception set" (its cause the
+    Terminated): it exits 128 + N like any other signal (seen in a fresh-clone make test)."""
+    from sitsprof.common.signals import Terminated
+
+    if cause == "terminated":
+        cause = Terminated(signal.SIGTERM)
+    error = SystemError("CPUDispatcher(<function f>) returned a result with an exception set")
+    error.__cause__ = cause
+    _add_failing_command(error)
+    try:
+        assert main_module.main(["boom"]) == code
+        assert "internal error" not in capsys.readouterr().err
+    finally:
+        main_module.cli.commands.pop("boom")
+    _add_failing_command(SystemError("a real bug"))  # without a signal as its cause: still an internal error
+    try:
+        assert main_module.main(["boom"]) == 1
+        assert "internal error: SystemError" in capsys.readouterr().err
     finally:
         main_module.cli.commands.pop("boom")
 
